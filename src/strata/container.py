@@ -1,0 +1,248 @@
+"""The strata container: preamble, checksummed header, then sections read on demand.
+
+Layout (all integers little-endian; see ``docs/format.md``)::
+
+    magic  b"STRA"          4 bytes
+    version                 u8   (FORMAT_VERSION)
+    kind                    u8   (KIND_LOSSY, ...)
+    header length H         u32
+    header                  H bytes, kind-specific
+    header CRC-32           u32  over everything before it
+    sections ...            kind-specific, each with its own CRC-32
+
+A :class:`Source` reads a stream from bytes, a path or a binary file object by offset, so a
+reader fetches the header and then only the sections it needs. Every length read from a
+stream is checked against the bytes that are actually there before anything is allocated.
+Files are written atomically with :func:`atomic_write`.
+"""
+from __future__ import annotations
+
+import io
+import os
+import struct
+import tempfile
+import zlib
+from pathlib import Path
+from typing import BinaryIO, Union
+
+from .errors import CorruptStreamError, FormatError, ResourceLimitError, TruncatedStreamError
+
+MAGIC = b"STRA"
+FORMAT_VERSION = 1
+KIND_LOSSY = 1
+KIND_CHECKPOINT = 2
+
+_PREAMBLE = struct.Struct("<4sBBI")
+#: Largest header strata accepts (a header holds sizes, not data).
+MAX_HEADER = 1 << 24
+
+SourceLike = Union[bytes, bytearray, memoryview, str, os.PathLike, BinaryIO]
+
+
+def crc32(data) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def check_crc(data, expected: int, what: str) -> None:
+    """Raise :class:`CorruptStreamError` unless ``crc32(data) == expected``."""
+    if crc32(data) != expected:
+        raise CorruptStreamError(f"checksum mismatch in {what}: the stream is corrupted")
+
+
+class Source:
+    """Random access to a stream held in memory, in a file, or behind a file object.
+
+    Args:
+        source: ``bytes``-like object, a path, or a binary file object opened for reading
+            (seekable). A path is opened here and closed by :meth:`close`.
+
+    Raises:
+        TypeError: ``source`` is none of these.
+    """
+
+    def __init__(self, source: SourceLike):
+        self._own = None
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            self._mem = memoryview(source).cast("B")
+            self.size = len(self._mem)
+            self._f = None
+        elif isinstance(source, (str, os.PathLike)):
+            self._f = self._own = open(source, "rb")
+            self._mem = None
+            self.size = os.fstat(self._f.fileno()).st_size
+        elif hasattr(source, "read") and hasattr(source, "seek"):
+            self._f = source
+            self._mem = None
+            self._base = source.tell()
+            self.size = source.seek(0, io.SEEK_END) - self._base
+        else:
+            raise TypeError(f"cannot read a strata stream from {type(source).__name__}")
+        if self._f is not None and self._own is not None:
+            self._base = 0
+
+    def read(self, offset: int, n: int, what: str = "stream"):
+        """``n`` bytes at ``offset`` (a memoryview for in-memory sources).
+
+        Raises:
+            TruncatedStreamError: fewer than ``n`` bytes are there.
+        """
+        if offset < 0 or n < 0 or offset + n > self.size:
+            raise TruncatedStreamError(f"stream truncated: {what} needs bytes "
+                                       f"{offset}..{offset + n}, the stream has {self.size}")
+        if self._mem is not None:
+            return self._mem[offset:offset + n]
+        self._f.seek(self._base + offset)
+        data = self._f.read(n)
+        if len(data) != n:
+            raise TruncatedStreamError(f"stream truncated while reading {what}")
+        return data
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+            self._own = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def pack(kind: int, header: bytes, sections: list) -> bytes:
+    """Assemble a stream from a header and already checksummed sections."""
+    pre = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, kind, len(header))
+    crc = struct.pack("<I", crc32(pre + header))
+    return b"".join([pre, header, crc, *sections])
+
+
+def unpack_header(src: Source, kind: int) -> tuple[memoryview | bytes, int]:
+    """Validate the preamble and header checksum; return ``(header, offset of sections)``.
+
+    Raises:
+        FormatError: not a strata stream, another kind, or an unsupported version.
+        TruncatedStreamError, CorruptStreamError: as their names say.
+    """
+    if src.size < _PREAMBLE.size:
+        raise TruncatedStreamError(f"stream of {src.size} bytes is too short for a strata stream")
+    pre = bytes(src.read(0, _PREAMBLE.size, "preamble"))
+    magic, version, got_kind, hlen = _PREAMBLE.unpack(pre)
+    if magic != MAGIC:
+        raise FormatError("not a strata stream (bad magic bytes)")
+    if version != FORMAT_VERSION:
+        raise FormatError(f"strata format version {version} is not supported (this is {FORMAT_VERSION})")
+    if got_kind != kind:
+        raise FormatError(f"stream holds kind {got_kind}, expected {kind}")
+    if hlen > MAX_HEADER:
+        raise ResourceLimitError(f"header length {hlen} exceeds {MAX_HEADER}")
+    header = src.read(_PREAMBLE.size, hlen, "header")
+    (crc,) = struct.unpack("<I", bytes(src.read(_PREAMBLE.size + hlen, 4, "header checksum")))
+    check_crc(bytes(pre) + bytes(header), crc, "header")
+    return header, _PREAMBLE.size + hlen + 4
+
+
+class Writer:
+    """Little-endian byte builder with varints."""
+
+    def __init__(self):
+        self.buf = bytearray()
+
+    def u8(self, v: int) -> Writer:
+        self.buf.append(v)
+        return self
+
+    def u32(self, v: int) -> Writer:
+        self.buf += struct.pack("<I", v)
+        return self
+
+    def f64(self, v: float) -> Writer:
+        self.buf += struct.pack("<d", v)
+        return self
+
+    def varint(self, v: int) -> Writer:
+        if v < 0:
+            raise ValueError("varint must be non-negative")
+        while v >= 0x80:
+            self.buf.append((v & 0x7F) | 0x80)
+            v >>= 7
+        self.buf.append(v)
+        return self
+
+    def raw(self, b) -> Writer:
+        self.buf += b
+        return self
+
+    def blob(self, b) -> Writer:
+        """Length-prefixed bytes."""
+        return self.varint(len(b)).raw(b)
+
+    def getvalue(self) -> bytes:
+        return bytes(self.buf)
+
+
+class Reader:
+    """Bounds-checked reader matching :class:`Writer`; errors name ``what``."""
+
+    def __init__(self, buf, what: str = "header"):
+        self.buf = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+        self.pos = 0
+        self.what = what
+
+    def _take(self, n: int):
+        if self.pos + n > len(self.buf):
+            raise CorruptStreamError(f"{self.what} ends early")
+        b = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def u8(self) -> int:
+        return self._take(1)[0]
+
+    def u32(self) -> int:
+        return struct.unpack("<I", self._take(4))[0]
+
+    def f64(self) -> float:
+        return struct.unpack("<d", self._take(8))[0]
+
+    def varint(self, limit: int = 1 << 62) -> int:
+        v = shift = 0
+        while True:
+            b = self._take(1)[0]
+            v |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise CorruptStreamError(f"malformed varint in {self.what}")
+        if v > limit:
+            raise CorruptStreamError(f"value {v} in {self.what} exceeds {limit}")
+        return v
+
+    def raw(self, n: int):
+        return self._take(n)
+
+    def blob(self, limit: int = 1 << 40):
+        return self._take(self.varint(limit))
+
+    def done(self) -> None:
+        if self.pos != len(self.buf):
+            raise CorruptStreamError(f"{len(self.buf) - self.pos} unexpected trailing bytes in {self.what}")
+
+
+def atomic_write(path, data) -> None:
+    """Write ``data`` (bytes-like) to ``path`` through a temporary file and a rename, so
+    ``path`` holds either its previous contents or all of ``data``, never a part."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

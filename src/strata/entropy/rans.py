@@ -1,0 +1,120 @@
+"""Range asymmetric numeral systems (rANS) coder primitives, compiled with numba.
+
+A byte-oriented rANS coder with a 32-bit state and static frequency tables of
+``2**SCALE_BITS`` slots (Duda, "Asymmetric numeral systems: entropy coding combining speed of
+Huffman coding with compression rate of arithmetic coding", arXiv:1311.2540, 2013; the byte-wise
+renormalization follows F. Giesen's public-domain ``rans_byte.h``). It codes within a fraction
+of a percent of the entropy of the table, including symbols far more probable than 1/2,
+where Huffman coding spends at least one bit.
+
+rANS is last-in first-out: the encoder walks the symbols backwards and writes its bytes
+backwards, so the decoder reads forwards. These functions are inlined into the coding loops
+of each subsystem (they choose the table -- the context -- per symbol); see
+:mod:`strata.lossy.chunks` for the lossy quantization codes.
+
+State lives in int64 variables holding values below ``2**32``.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+from .tables import SCALE_BITS
+
+#: Lower bound of the normalized state interval ``[RANS_L, 256 * RANS_L)``.
+RANS_L = 1 << 23
+#: Bytes the final state occupies.
+STATE_BYTES = 4
+#: Most bytes one symbol can emit.
+MAX_BYTES_PER_SYMBOL = 2
+
+_MASK = (1 << SCALE_BITS) - 1
+_XMAX_UNIT = (RANS_L >> SCALE_BITS) << 8
+
+
+@njit(inline="always")
+def encode_put(state, buf, pos, start, freq):
+    """Push one symbol (cumulative frequency ``start``, frequency ``freq``).
+
+    Bytes go to ``buf[pos-1], buf[pos-2], ...``; returns the new ``(state, pos)``.
+    """
+    x_max = _XMAX_UNIT * freq
+    while state >= x_max:
+        pos -= 1
+        buf[pos] = state & 0xFF
+        state >>= 8
+    return ((state // freq) << SCALE_BITS) + (state % freq) + start, pos
+
+
+@njit(inline="always")
+def encode_flush(state, buf, pos):
+    """Write the final state (4 bytes, little-endian, before ``pos``); returns the new ``pos``."""
+    for _ in range(STATE_BYTES):
+        pos -= 1
+    for k in range(STATE_BYTES):
+        buf[pos + k] = (state >> (8 * k)) & 0xFF
+    return pos
+
+
+@njit(inline="always")
+def decode_init(buf, pos, end):
+    """Read the initial state at ``buf[pos:]``; returns ``(state, pos)``, state 0 if truncated."""
+    if pos + STATE_BYTES > end:
+        return 0, end
+    state = 0
+    for k in range(STATE_BYTES):
+        state |= buf[pos + k] << (8 * k)
+    return state, pos + STATE_BYTES
+
+
+@njit(inline="always")
+def decode_slot(state):
+    """Slot of the next symbol: look it up in the table's slot-to-symbol map."""
+    return state & _MASK
+
+
+@njit(inline="always")
+def decode_advance(state, buf, pos, end, start, freq):
+    """Consume the symbol of cumulative frequency ``start`` and frequency ``freq``.
+
+    Returns ``(state, pos)``; reading past ``end`` feeds zero bytes (the caller checks
+    that the stream was consumed exactly).
+    """
+    state = freq * (state >> SCALE_BITS) + (state & _MASK) - start
+    while state < RANS_L:
+        b = buf[pos] if pos < end else 0
+        pos += 1
+        state = (state << 8) | b
+    return state, pos
+
+
+@njit(inline="always")
+def bits_put(acc, nacc, buf, pos, value, nbits):
+    """Append ``nbits`` (<= 32) raw bits, least significant first; returns ``(acc, nacc, pos)``."""
+    acc |= value << nacc
+    nacc += nbits
+    while nacc >= 8:
+        buf[pos] = acc & 0xFF
+        pos += 1
+        acc >>= 8
+        nacc -= 8
+    return acc, nacc, pos
+
+
+@njit(inline="always")
+def bits_flush(acc, nacc, buf, pos):
+    if nacc > 0:
+        buf[pos] = acc & 0xFF
+        pos += 1
+    return pos
+
+
+@njit(inline="always")
+def bits_get(acc, nacc, buf, pos, end, nbits):
+    """Read ``nbits`` (<= 32) raw bits; returns ``(value, acc, nacc, pos)``."""
+    while nacc < nbits:
+        b = buf[pos] if pos < end else 0
+        pos += 1
+        acc |= b << nacc
+        nacc += 8
+    value = acc & ((1 << nbits) - 1)
+    return value, acc >> nbits, nacc - nbits, pos

@@ -1,0 +1,6 @@
+"""strata.lossy: streaming error-bounded lossy compression with progressive and
+random-access decompression (after STZ, SC'25)."""
+from .codec import Settings, compress
+from .reader import LevelInfo, LossyReader, open_stream
+
+__all__ = ["LevelInfo", "LossyReader", "Settings", "compress", "open_stream"]

@@ -1,0 +1,330 @@
+"""Entropy coding of one level's quantization codes, chunk by chunk.
+
+Each chunk (a box of a level's grid, see :mod:`strata.lossy.partition`) is coded on its own
+with the shared rANS coder (:mod:`strata.entropy.rans`). A code ``q`` is binned into a symbol
+plus raw bits (:mod:`strata.entropy.binning`); unpredictable values get the ``ESCAPE`` symbol
+and their exact bytes. Symbols are coded in raster order of the chunk with a *context*: the
+magnitudes (0, 1, 2 or more) of the codes of the three neighbours one grid step back along
+each axis, inside the chunk -- either earlier points of the same level or points of coarser
+levels, known to the decoder in both cases. That gives 27 contexts; per level the encoder
+merges them into fewer tables when the table bytes would outweigh the gain
+(:data:`CONTEXT_GROUPS`). Runs of zero codes in smooth regions then cost a few hundredths of
+a bit each, the role zstd plays after Huffman coding in SZ3.
+
+Chunk layout: ``varint n_rans | varint n_raw | rANS bytes | raw bits | unpredictable values``
+(little-endian, dtype of the data).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..entropy import rans, tables
+from ..entropy.binning import ALPHABET, ESCAPE, extra_bits, from_symbol, to_symbol, unzigzag, zigzag
+from .quantize import RADIUS, UNPREDICTABLE
+
+N_CONTEXTS = 27
+
+
+def _group_maps():
+    ctx = np.arange(N_CONTEXTS)
+    m = np.stack([ctx // 9, (ctx // 3) % 3, ctx % 3])
+    s = m.sum(axis=0)
+    return [
+        np.zeros(N_CONTEXTS, np.int64),                      # one table
+        np.minimum(s, 2),                                    # 0, 1, >=2 neighbour weight
+        s,                                                   # neighbour weight 0..6
+        ctx,                                                 # all 27 contexts
+    ]
+
+
+#: Context groupings: for each, the table index of each of the 27 contexts.
+CONTEXT_GROUPS = _group_maps()
+
+
+@njit(inline="always")
+def _mag(c):
+    if c == UNPREDICTABLE:
+        return 2
+    m = abs(c - RADIUS)
+    return 2 if m > 2 else m
+
+
+@njit(inline="always")
+def _context(codes, idx, g0, g1, g2, lo0, lo1, lo2, d0, d1, d2):
+    c = 0
+    if g0 > lo0:
+        c += 9 * _mag(codes[idx - d0])
+    if g1 > lo1:
+        c += 3 * _mag(codes[idx - d1])
+    if g2 > lo2:
+        c += _mag(codes[idx - d2])
+    return c
+
+
+@njit(inline="always")
+def _row(g0, g1, lo2, r0, r1, r2, base):
+    """First index and step along axis 2 of the level's points in row ``(g0, g1)``;
+    step 0 means the row holds none."""
+    if base or (r0 and (g0 & 1)) or (r1 and (g1 & 1)):
+        return lo2, 1
+    if r2:
+        return lo2 | 1, 2
+    return 0, 0
+
+
+@njit(nogil=True, cache=True)
+def chunk_sizes(boxes, refined, base):
+    """Number of level points in each chunk box."""
+    n = boxes.shape[0]
+    out = np.zeros(n, np.int64)
+    r0, r1, r2 = refined[0], refined[1], refined[2]
+    for c in range(n):
+        lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
+        t = 0
+        for g0 in range(lo0, hi0):
+            for g1 in range(lo1, hi1):
+                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
+                if st > 0 and f < hi2:
+                    t += (hi2 - 1 - f) // st + 1
+        out[c] = t
+    return out
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw_bits, n_unpred):
+    """Symbols, contexts and histograms of every chunk of a level (encoder, pass 1).
+
+    ``syms``/``ctxs`` (uint8, level points in chunk order) receive each point's symbol and
+    context; ``hist[c, ctx, sym]`` the counts of chunk ``c``; ``raw_bits[c]`` and
+    ``n_unpred[c]`` the raw bits and unpredictable values of chunk ``c``.
+    """
+    n1, n2 = shape[1], shape[2]
+    d0 = stride[0] * n1 * n2
+    d1 = stride[1] * n2
+    d2 = stride[2]
+    r0, r1, r2 = refined[0], refined[1], refined[2]
+    for c in prange(boxes.shape[0]):
+        lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
+        k = offsets[c]
+        nb = 0
+        nu = 0
+        for g0 in range(lo0, hi0):
+            for g1 in range(lo1, hi1):
+                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
+                if st == 0:
+                    continue
+                row = g0 * d0 + g1 * d1
+                for g2 in range(f, hi2, st):
+                    idx = row + g2 * d2
+                    ctx = _context(codes, idx, g0, g1, g2, lo0, lo1, lo2, d0, d1, d2)
+                    code = codes[idx]
+                    if code == UNPREDICTABLE:
+                        sym = ESCAPE
+                        nu += 1
+                    else:
+                        sym, nbits, _ = to_symbol(zigzag(np.int64(code) - RADIUS))
+                        nb += nbits
+                    syms[k] = sym
+                    ctxs[k] = ctx
+                    hist[c, ctx, sym] += 1
+                    k += 1
+        raw_bits[c] = nb
+        n_unpred[c] = nu
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs,
+           ctxmap, freq, cum, buf, buf_offsets, n_rans, n_raw):
+    """rANS-code every chunk (encoder, pass 2).
+
+    Chunk ``c`` is written to ``buf[buf_offsets[c]:buf_offsets[c + 1]]`` as
+    ``raw bits | unpredictable values | (gap) | rANS bytes``, the rANS bytes ending at the
+    region's end; ``n_rans[c]``/``n_raw[c]`` receive their lengths (see :func:`assemble`).
+    """
+    n1, n2 = shape[1], shape[2]
+    d0 = stride[0] * n1 * n2
+    d1 = stride[1] * n2
+    d2 = stride[2]
+    r0, r1, r2 = refined[0], refined[1], refined[2]
+    for c in prange(boxes.shape[0]):
+        lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
+        start = buf_offsets[c]
+        # forward: raw bits, then unpredictable values
+        acc = np.int64(0)
+        nacc = np.int64(0)
+        pos = start
+        for g0 in range(lo0, hi0):
+            for g1 in range(lo1, hi1):
+                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
+                if st == 0:
+                    continue
+                row = g0 * d0 + g1 * d1
+                for g2 in range(f, hi2, st):
+                    code = codes[row + g2 * d2]
+                    if code != UNPREDICTABLE:
+                        _, nbits, extra = to_symbol(zigzag(np.int64(code) - RADIUS))
+                        if nbits > 0:
+                            acc, nacc, pos = rans.bits_put(acc, nacc, buf, pos, extra, nbits)
+        pos = rans.bits_flush(acc, nacc, buf, pos)
+        n_raw[c] = pos - start
+        for g0 in range(lo0, hi0):
+            for g1 in range(lo1, hi1):
+                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
+                if st == 0:
+                    continue
+                row = g0 * d0 + g1 * d1
+                for g2 in range(f, hi2, st):
+                    idx = row + g2 * d2
+                    if codes[idx] == UNPREDICTABLE:
+                        for b in range(itemsize):
+                            buf[pos] = orig_bytes[idx * itemsize + b]
+                            pos += 1
+        # backward: rANS
+        end = buf_offsets[c + 1]
+        state = np.int64(rans.RANS_L)
+        rpos = end
+        for k in range(offsets[c + 1] - 1, offsets[c] - 1, -1):
+            t = ctxmap[ctxs[k]]
+            s = syms[k]
+            state, rpos = rans.encode_put(state, buf, rpos, cum[t, s], freq[t, s])
+        rpos = rans.encode_flush(state, buf, rpos)
+        n_rans[c] = end - rpos
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def assemble(buf, buf_offsets, n_rans, n_raw, n_unpred_bytes, out, out_offsets):
+    """Copy each chunk to ``out[out_offsets[c]:]`` in its final layout."""
+    for c in prange(buf_offsets.shape[0] - 1):
+        p = out_offsets[c]
+        for v in (n_rans[c], n_raw[c]):
+            while v >= 0x80:
+                out[p] = (v & 0x7F) | 0x80
+                v >>= 7
+                p += 1
+            out[p] = v
+            p += 1
+        r0 = buf_offsets[c + 1] - n_rans[c]
+        for k in range(n_rans[c]):
+            out[p + k] = buf[r0 + k]
+        p += n_rans[c]
+        s0 = buf_offsets[c]
+        m = n_raw[c] + n_unpred_bytes[c]
+        for k in range(m):
+            out[p + k] = buf[s0 + k]
+
+
+@njit(inline="always")
+def _varint(buf, pos, end):
+    v = np.int64(0)
+    shift = 0
+    while pos < end and shift < 57:
+        b = buf[pos]
+        pos += 1
+        v |= np.int64(b & 0x7F) << shift
+        if b < 0x80:
+            return v, pos
+        shift += 7
+    return np.int64(-1), pos
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, stride, refined,
+           base, boxes, ctxmap, freq, cum, lut, errors):
+    """Decode the chunks ``chunk_ids`` of a level into ``codes`` (and unpredictable values
+    into ``out_bytes``, the output array's bytes).
+
+    Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``. ``errors[j]`` is set to
+    a non-zero reason when the chunk is inconsistent: 1 bad lengths, 2 invalid symbol,
+    3 rANS stream not consumed exactly, 4 raw bits or values not consumed exactly.
+    """
+    n1, n2 = shape[1], shape[2]
+    d0 = stride[0] * n1 * n2
+    d1 = stride[1] * n2
+    d2 = stride[2]
+    r0, r1, r2 = refined[0], refined[1], refined[2]
+    n_codes = codes.shape[0]
+    for j in prange(chunk_ids.shape[0]):
+        c = chunk_ids[j]
+        lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
+        end = ends[j]
+        n_r, pos = _varint(payload, starts[j], end)
+        n_x, pos = _varint(payload, pos, end)
+        if n_r < rans.STATE_BYTES or n_x < 0 or pos + n_r + n_x > end:
+            errors[j] = 1
+            continue
+        r_end = pos + n_r
+        x_pos = r_end
+        x_end = r_end + n_x
+        u_pos = x_end
+        state, rpos = rans.decode_init(payload, pos, r_end)
+        acc = np.int64(0)
+        nacc = np.int64(0)
+        bad = 0
+        for g0 in range(lo0, hi0):
+            if bad:
+                break
+            for g1 in range(lo1, hi1):
+                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
+                if st == 0:
+                    continue
+                row = g0 * d0 + g1 * d1
+                for g2 in range(f, hi2, st):
+                    idx = row + g2 * d2
+                    t = ctxmap[_context(codes, idx, g0, g1, g2, lo0, lo1, lo2, d0, d1, d2)]
+                    sym = lut[t, rans.decode_slot(state)]
+                    fr = freq[t, sym]
+                    if fr == 0 or idx >= n_codes:
+                        bad = 2
+                        break
+                    state, rpos = rans.decode_advance(state, payload, rpos, r_end, cum[t, sym], fr)
+                    if sym == ESCAPE:
+                        codes[idx] = UNPREDICTABLE
+                        if u_pos + itemsize > end:
+                            bad = 4
+                            break
+                        for b in range(itemsize):
+                            out_bytes[idx * itemsize + b] = payload[u_pos + b]
+                        u_pos += itemsize
+                    else:
+                        nb = extra_bits(sym)
+                        extra = 0
+                        if nb > 0:
+                            extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, nb)
+                        codes[idx] = RADIUS + unzigzag(from_symbol(sym, extra))
+                if bad:
+                    break
+        if bad:
+            errors[j] = bad
+        elif rpos != r_end or state != rans.RANS_L:
+            errors[j] = 3
+        elif x_pos != x_end or u_pos != end:
+            errors[j] = 4
+
+
+# ---------------------------------------------------------------------- Python side
+def level_counts(hist: np.ndarray) -> np.ndarray:
+    """Sum per-chunk histograms ``(n_chunks, 27, ALPHABET)`` to ``(27, ALPHABET)``."""
+    return hist.sum(axis=0)
+
+
+def choose_group(counts: np.ndarray) -> int:
+    """Index into :data:`CONTEXT_GROUPS` of the grouping with the smallest estimated size."""
+    best, best_bits = 0, None
+    for g, cmap in enumerate(CONTEXT_GROUPS):
+        grouped = grouped_counts(counts, cmap)
+        bits = tables.cost_bits(grouped)
+        if best_bits is None or bits < best_bits * 0.995:
+            best, best_bits = g, bits
+    return best
+
+
+def grouped_counts(counts: np.ndarray, cmap: np.ndarray) -> np.ndarray:
+    n = int(cmap.max()) + 1
+    out = np.zeros((n, counts.shape[1]), np.int64)
+    np.add.at(out, cmap, counts)
+    return out
+
+
+__all__ = ["ALPHABET", "CONTEXT_GROUPS", "N_CONTEXTS", "analyze", "assemble", "chunk_sizes",
+           "choose_group", "decode", "encode", "grouped_counts", "level_counts"]

@@ -1,0 +1,219 @@
+"""The lossy compressor: array -> levels -> predicted, quantized codes -> chunks -> stream.
+
+Method (STZ, Wang et al., SC'25, with SZ3's interpolation, Zhao et al., ICDE'21):
+
+1. Non-finite values (NaN, +-Inf) are set aside bit-exactly with their positions and replaced
+   by the mean of the finite values for prediction (:mod:`strata.lossy.nonfinite`).
+2. The settings -- pass order, flat axes, level-wise bounds, cubic or linear interpolation --
+   come from :mod:`strata.lossy.tune` unless given.
+3. The grid is refined step by step (:mod:`strata.lossy.partition`); every point is predicted
+   from reconstructed coarser points and quantized (:mod:`strata.lossy.predict`,
+   :mod:`strata.lossy.quantize`), so each decoded value is within the bound of its step,
+   never more than the user's bound.
+4. Each level's codes are entropy coded chunk by chunk (:mod:`strata.lossy.chunks`) and laid
+   out level after level (:mod:`strata.lossy.header`, ``docs/format.md``).
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..container import KIND_LOSSY, Writer, crc32, pack
+from ..errors import InvalidInputError, UnsupportedDtypeError
+from ..entropy import tables
+from . import chunks, nonfinite
+from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
+from .partition import Partition, as_3d_shape
+from .predict import encode_origin, encode_pass
+from .quantize import RADIUS
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Predictor settings (chosen by :func:`strata.lossy.tune.choose` by default).
+
+    Attributes:
+        order: axis order of the passes within a step.
+        flat: axes refined to stride 1 first (stacks of unlike 2D fields).
+        alpha8, beta8: level-wise bound factors times 8 (SZ3's alpha, beta; 8 = 1.0).
+        cubic: cubic interpolation (True) or linear.
+    """
+
+    order: tuple[int, int, int] = (0, 1, 2)
+    flat: tuple[bool, bool, bool] = (False, False, False)
+    alpha8: int = 8
+    beta8: int = 8
+    cubic: bool = True
+
+
+def validate_array(array) -> np.ndarray:
+    """Contiguous, native-endian float32/float64 view or copy of ``array``.
+
+    Raises:
+        UnsupportedDtypeError: the dtype is not float32 or float64.
+    """
+    a = np.asarray(array)
+    if a.dtype.kind != "f" or a.dtype.itemsize not in (4, 8):
+        raise UnsupportedDtypeError(f"strata.lossy compresses float32 and float64 arrays, not {a.dtype}")
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return np.ascontiguousarray(a)
+
+
+def absolute_bound(a: np.ndarray, abs_error, rel_error) -> tuple[int, float, float]:
+    """``(mode, requested value, absolute bound)`` from exactly one of the two bounds.
+
+    The value-range-relative bound is ``rel_error * (max - min)`` over the finite values.
+
+    Raises:
+        InvalidInputError: both or neither bound given, or a negative, NaN or infinite bound.
+    """
+    if (abs_error is None) == (rel_error is None):
+        raise InvalidInputError("give exactly one of abs_error and rel_error")
+    mode, value = (BOUND_ABS, abs_error) if abs_error is not None else (BOUND_REL, rel_error)
+    try:
+        value = float(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"error bound must be a number, not {value!r}") from exc
+    if not math.isfinite(value) or value < 0:
+        raise InvalidInputError(f"error bound must be finite and >= 0, got {value}")
+    if mode == BOUND_ABS:
+        return mode, value, value
+    finite = a[np.isfinite(a)] if a.size else a
+    vrange = float(finite.max()) - float(finite.min()) if finite.size else 0.0
+    eb = value * vrange
+    if not math.isfinite(eb):
+        raise InvalidInputError("value range times rel_error overflows float64")
+    return mode, value, eb
+
+
+def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None = None) -> bytes:
+    """Compress ``array`` with a point-wise error bound.
+
+    Args:
+        array: float32 or float64 array, any shape (0-d to N-d), C or Fortran order.
+        abs_error: absolute error bound (same unit as the data): every decoded finite value
+            ``y`` of ``x`` satisfies ``|x - y| <= abs_error``, checked in float64.
+        rel_error: value-range-relative bound: the absolute bound is
+            ``rel_error * (max(x) - min(x))`` over finite values.
+        settings: predictor settings; chosen by sampling the data when omitted.
+
+    Returns:
+        The compressed stream (bytes), self-describing.
+
+    Raises:
+        InvalidInputError: bounds missing, doubled, negative or NaN.
+        UnsupportedDtypeError: ``array`` is not float32/float64.
+
+    A bound of 0 gives a lossless round trip (at a poor ratio). NaN and +-Inf are restored
+    bit-exactly.
+    """
+    from .tune import choose
+
+    a = validate_array(array)
+    mode, value, eb = absolute_bound(a, abs_error, rel_error)
+    header = LossyHeader(a.shape, a.dtype, mode, value, eb)
+    if a.size == 0:
+        return pack(KIND_LOSSY, header.to_bytes(), [])
+    flat_in = a.reshape(-1)
+    nf_section, orig = nonfinite.split(flat_in)
+    if settings is None:
+        settings = choose(orig.reshape(a.shape), eb)
+    header.order, header.flat = settings.order, settings.flat
+    header.alpha8, header.beta8 = settings.alpha8, settings.beta8
+    part = Partition(as_3d_shape(a.shape), settings.order, settings.flat)
+    header.cubic_mask = (1 << len(part.steps)) - 1 if settings.cubic else 0
+    codes = predict_all(orig, part, header)
+    sections = []
+    if nf_section:
+        sections.append(nf_section)
+        header.nonfinite_len = len(nf_section)
+    for level in range(part.num_levels):
+        head, payload = encode_level(part, level, codes, orig)
+        header.levels.append(LevelEntry(len(head), len(payload)))
+        sections += [head, payload]
+    return pack(KIND_LOSSY, header.to_bytes(), sections)
+
+
+def predict_all(orig: np.ndarray, part: Partition, header: LossyHeader) -> np.ndarray:
+    """Quantization codes (flat int32) of every point, in full-resolution layout."""
+    x = orig.copy()
+    codes = np.empty(orig.size, dtype=np.int32)
+    bounds = header.step_bounds(part.steps)
+    encode_origin(x, codes, orig, bounds[0] if bounds else header.eb)
+    for i, step in enumerate(part.steps):
+        passes, _ = part.passes(step)
+        for p in passes:
+            encode_pass(x, codes, orig, part, p, bounds[i], header.cubic(i))
+    return codes
+
+
+def level_geometry(part: Partition, level: int):
+    """Arrays the chunk kernels take: ``(shape, stride, refined, base, boxes)``."""
+    stride = part.level_stride(level)
+    steps = part.level_steps(level)
+    refined = (np.array(steps[0].refined, dtype=np.bool_) if level > 0
+               else np.ones(3, dtype=np.bool_))
+    return (np.array(part.shape, np.int64), np.array(stride, np.int64), refined, level == 0,
+            part.chunk_boxes(level))
+
+
+def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarray) -> tuple[bytes, bytes]:
+    """Code one level: returns its head (tables, chunk index, CRC) and payload (chunks)."""
+    shape, stride, refined, base, boxes = level_geometry(part, level)
+    sizes = chunks.chunk_sizes(boxes, refined, base)
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    n = int(offsets[-1])
+    syms = np.empty(n, np.uint8)
+    ctxs = np.empty(n, np.uint8)
+    hist = np.zeros((len(sizes), chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
+    raw_bits = np.zeros(len(sizes), np.int64)
+    n_unpred = np.zeros(len(sizes), np.int64)
+    chunks.analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw_bits, n_unpred)
+    counts = chunks.level_counts(hist)
+    group = chunks.choose_group(counts)
+    cmap = chunks.CONTEXT_GROUPS[group]
+    grouped = chunks.grouped_counts(counts, cmap)
+    table_bytes = tables.serialize(grouped)
+    freq = tables.normalize(tables.quantized(grouped))
+    cum = tables.cumulative(freq)
+    itemsize = orig.dtype.itemsize
+    unpred_bytes = n_unpred * itemsize
+    caps = (raw_bits + 7) // 8 + unpred_bytes + 2 * sizes + 8
+    buf_offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(caps, out=buf_offsets[1:])
+    buf = np.empty(int(buf_offsets[-1]), np.uint8)
+    n_rans = np.zeros(len(sizes), np.int64)
+    n_raw = np.zeros(len(sizes), np.int64)
+    chunks.encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets,
+                  syms, ctxs, cmap, freq, cum, buf, buf_offsets, n_rans, n_raw)
+    lens = n_rans + n_raw + unpred_bytes + _varint_len(n_rans) + _varint_len(n_raw)
+    out_offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(lens, out=out_offsets[1:])
+    payload = np.empty(int(out_offsets[-1]), np.uint8)
+    chunks.assemble(buf, buf_offsets, n_rans, n_raw, unpred_bytes, payload, out_offsets)
+    w = Writer().u8(group).blob(table_bytes).varint(len(sizes))
+    for ln in lens:
+        w.varint(int(ln))
+    pay = payload.tobytes()
+    for c in range(len(sizes)):
+        w.u32(crc32(pay[out_offsets[c]:out_offsets[c + 1]]))
+    head = w.getvalue()
+    return head + struct.pack("<I", crc32(head)), pay
+
+
+def _varint_len(v: np.ndarray) -> np.ndarray:
+    n = np.ones_like(v)
+    t = v >> 7
+    while np.any(t):
+        n += t > 0
+        t >>= 7
+    return n
+
+
+__all__ = ["Settings", "absolute_bound", "compress", "encode_level", "level_geometry", "predict_all",
+           "validate_array", "RADIUS", "DTYPE_CODES"]

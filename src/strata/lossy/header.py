@@ -1,0 +1,143 @@
+"""The lossy stream's header: what a reader needs before touching any level.
+
+Fields (binary, in this order; see ``docs/format.md``): number of dimensions and the shape
+(varints), dtype code, error-bound mode and requested value, the absolute bound in force, the
+predictor settings (pass order, flat axes, level-wise bound factors, cubic/linear per step),
+the length of the non-finite section, and per level the lengths of its head and payload.
+Every size is validated against ``MAX_ELEMENTS`` and the stream length before anything is
+allocated.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..container import Reader, Writer
+from ..errors import CorruptStreamError, ResourceLimitError
+from .partition import Partition, Step, as_3d_shape
+
+#: Largest number of values strata decodes (2**40, 4 TiB of float32).
+MAX_ELEMENTS = 1 << 40
+#: Largest number of dimensions.
+MAX_NDIM = 32
+
+DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8")}
+DTYPE_CODES = {np.dtype("float32"): 1, np.dtype("float64"): 2}
+BOUND_ABS, BOUND_REL = 0, 1
+ORDERS = list(itertools.permutations(range(3)))
+
+
+@dataclass
+class LevelEntry:
+    head_len: int
+    payload_len: int
+
+
+@dataclass
+class LossyHeader:
+    """Decoded header of a lossy stream.
+
+    ``alpha8``/``beta8`` are the level-wise bound factors times 8 (SZ3's ``alpha``,
+    ``beta``): the stride-``s`` step uses ``eb / min(alpha**(log2(s)), beta)``.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    bound_mode: int
+    bound_value: float
+    eb: float
+    order: tuple[int, int, int] = (0, 1, 2)
+    flat: tuple[bool, bool, bool] = (False, False, False)
+    alpha8: int = 8
+    beta8: int = 8
+    cubic_mask: int = 0
+    nonfinite_len: int = 0
+    levels: list[LevelEntry] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def partition(self) -> Partition:
+        return Partition(as_3d_shape(self.shape), self.order, self.flat)
+
+    def step_bounds(self, steps: tuple[Step, ...]) -> list[float]:
+        """Absolute error bound of each step (IEEE multiplications only: reproducible)."""
+        alpha, beta = self.alpha8 / 8.0, self.beta8 / 8.0
+        out = []
+        for st in steps:
+            r = 1.0
+            for _ in range(st.level_number - 1):
+                r *= alpha
+            out.append(self.eb / min(r, beta))
+        return out
+
+    def cubic(self, step_index: int) -> bool:
+        return bool((self.cubic_mask >> step_index) & 1)
+
+    def to_bytes(self) -> bytes:
+        w = Writer().u8(len(self.shape))
+        for n in self.shape:
+            w.varint(n)
+        w.u8(DTYPE_CODES[np.dtype(self.dtype).newbyteorder("=")])
+        w.u8(self.bound_mode).f64(self.bound_value).f64(self.eb)
+        w.u8(ORDERS.index(tuple(self.order)))
+        w.u8(sum(1 << a for a in range(3) if self.flat[a]))
+        w.u8(self.alpha8).u8(self.beta8).varint(self.cubic_mask)
+        w.varint(self.nonfinite_len)
+        w.varint(len(self.levels))
+        for lv in self.levels:
+            w.varint(lv.head_len).varint(lv.payload_len)
+        return w.getvalue()
+
+    @classmethod
+    def from_bytes(cls, buf, stream_size: int) -> LossyHeader:
+        """Parse and validate.
+
+        Raises:
+            CorruptStreamError: a field is out of range or inconsistent.
+            ResourceLimitError: the shape exceeds ``MAX_ELEMENTS``.
+        """
+        r = Reader(buf, "lossy header")
+        ndim = r.u8()
+        if ndim > MAX_NDIM:
+            raise CorruptStreamError(f"header announces {ndim} dimensions")
+        shape = tuple(r.varint(MAX_ELEMENTS) for _ in range(ndim))
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise ResourceLimitError(f"header announces shape {shape}: {math.prod(shape)} values "
+                                     f"exceed the limit of {MAX_ELEMENTS}")
+        code = r.u8()
+        if code not in DTYPES:
+            raise CorruptStreamError(f"unknown dtype code {code}")
+        bound_mode = r.u8()
+        if bound_mode not in (BOUND_ABS, BOUND_REL):
+            raise CorruptStreamError(f"unknown error-bound mode {bound_mode}")
+        bound_value, eb = r.f64(), r.f64()
+        if not (math.isfinite(eb) and eb >= 0):
+            raise CorruptStreamError(f"invalid error bound {eb}")
+        order_i = r.u8()
+        if order_i >= len(ORDERS):
+            raise CorruptStreamError("invalid pass order")
+        flat_bits = r.u8()
+        if flat_bits >= 8:
+            raise CorruptStreamError("invalid flat-axis mask")
+        alpha8, beta8 = r.u8(), r.u8()
+        if alpha8 < 8 or beta8 < 8:
+            raise CorruptStreamError("invalid level-wise bound factors")
+        cubic_mask = r.varint(1 << 64)
+        nonfinite_len = r.varint(stream_size)
+        n_levels = r.varint(256)
+        levels = [LevelEntry(r.varint(stream_size), r.varint(stream_size)) for _ in range(n_levels)]
+        r.done()
+        h = cls(shape, DTYPES[code], bound_mode, bound_value, eb, ORDERS[order_i],
+                tuple(bool(flat_bits >> a & 1) for a in range(3)), alpha8, beta8, cubic_mask,
+                nonfinite_len, levels)
+        if h.size and n_levels != h.partition().num_levels:
+            raise CorruptStreamError(f"header lists {n_levels} levels, the shape has "
+                                     f"{h.partition().num_levels}")
+        if not h.size and n_levels:
+            raise CorruptStreamError("empty array with levels")
+        return h

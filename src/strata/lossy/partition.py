@@ -1,0 +1,247 @@
+"""Hierarchical partitioning of an array into resolution levels, passes and chunks.
+
+The array is viewed as 3D (1D and 2D arrays get leading axes of size 1; arrays of more
+dimensions are stacks of 3D with their leading axes merged into the first).
+
+**Steps.** The grid is refined from a single point (the origin) to full resolution by *steps*;
+a step halves the stride of some axes, taking the grid of per-axis strides ``P`` to the grid
+of strides ``Q``. The points a step adds are those of the ``Q`` grid not on the ``P`` grid: the
+odd-parity blocks of the ``Q`` grid, split by index parity as in STZ (Wang et al., SC'25,
+Sec. III-A). By default every step halves the axes with the largest stride, so that strides
+are equal on all axes once an axis is fine enough -- SZ3's level structure. A *flat* axis is
+refined first, down to stride 1, while the other axes are still at their coarsest: this keeps
+interpolation across a stack of unlike 2D fields (pressure levels, variables) out of the
+fine levels.
+
+**Levels.** Level 0 is the *base grid*: the steps up to the last grid with at most
+``BASE_POINTS`` points. Each later step is one level; the last level has stride 1 on all
+axes. Decoding levels ``0..k`` yields the grid of level ``k``, ``ceil(n / Q)`` per axis.
+
+**Passes.** A step is predicted in one pass per refined axis, in ``order`` (SZ3's
+dimension-by-dimension interpolation, Zhao et al., ICDE'21, Sec. IV). Pass ``p`` along axis
+``a`` covers the points with an odd multiple of ``Q[a]`` on ``a``, a multiple of ``Q`` on the
+axes refined before it and a multiple of ``P`` on the others; it reads coarser points and
+points of earlier passes at distances ``Q[a]`` and ``3 Q[a]`` along ``a``.
+
+**Chunks.** Each level ``k >= 1`` is cut into boxes of about ``TILE`` grid points per axis,
+coded independently, so a region is decoded from the chunks it touches. Within a chunk the
+level's points are listed in C (raster) order of their grid index. The base grid is one chunk.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+#: Most points in the base grid.
+BASE_POINTS = 4096
+#: Chunk edge, in grid points per axis, by the number of axes longer than 1.
+TILE = {0: 1, 1: 1 << 16, 2: 256, 3: 32}
+#: Reach of the interpolation stencil along its axis, in multiples of the stride.
+STENCIL_REACH = 3
+
+Vec = tuple[int, int, int]
+
+
+def as_3d_shape(shape: tuple[int, ...]) -> Vec:
+    """Internal 3D shape of an array of ``shape`` (C order, slowest axis first)."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) <= 3:
+        return (1,) * (3 - len(shape)) + shape
+    return (math.prod(shape[:-2]), shape[-2], shape[-1])
+
+
+def grid_shape(shape: Vec, stride: Vec) -> Vec:
+    """Number of grid points per axis: multiples of ``stride`` in ``[0, n)``."""
+    return tuple(-(-n // s) for n, s in zip(shape, stride))
+
+
+@dataclass(frozen=True)
+class Box:
+    """Half-open box ``[lo, hi)`` per axis, in full-resolution indices."""
+
+    lo: Vec
+    hi: Vec
+
+    @staticmethod
+    def whole(shape: Vec) -> Box:
+        return Box((0, 0, 0), tuple(shape))
+
+    def grow(self, axis: int, by: int, shape: Vec) -> Box:
+        lo, hi = list(self.lo), list(self.hi)
+        lo[axis] = max(0, lo[axis] - by)
+        hi[axis] = min(shape[axis], hi[axis] + by)
+        return Box(tuple(lo), tuple(hi))
+
+    def hull(self, other: Box) -> Box:
+        return Box(tuple(map(min, self.lo, other.lo)), tuple(map(max, self.hi, other.hi)))
+
+    def empty(self) -> bool:
+        return any(h <= lo for lo, h in zip(self.lo, self.hi))
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One interpolation pass: the points ``starts + k * steps`` inside ``box``, predicted
+    along ``axis`` with stride ``stride``."""
+
+    axis: int
+    stride: int
+    starts: Vec
+    steps: Vec
+    box: Box
+
+
+@dataclass(frozen=True)
+class Step:
+    """Refinement from the grid of strides ``coarse`` to the grid of strides ``fine``."""
+
+    coarse: Vec
+    fine: Vec
+
+    @property
+    def refined(self) -> tuple[bool, bool, bool]:
+        return tuple(f < c for f, c in zip(self.fine, self.coarse))
+
+    @property
+    def level_number(self) -> int:
+        """SZ3's interpolation level: 1 for the finest stride, ``log2(s) + 1`` for stride ``s``."""
+        return max(self.fine).bit_length()
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Steps, levels, passes and chunks of a 3D shape.
+
+    Args:
+        shape: internal 3D shape ``(n0, n1, n2)`` (see :func:`as_3d_shape`).
+        order: axis order of the passes within a step.
+        flat: axes refined to stride 1 before the others (see the module docstring).
+    """
+
+    shape: Vec
+    order: Vec = (0, 1, 2)
+    flat: tuple[bool, bool, bool] = (False, False, False)
+
+    @cached_property
+    def top(self) -> Vec:
+        """Stride of the one-point starting grid, per axis."""
+        return tuple(1 << math.ceil(math.log2(n)) if n > 1 else 1 for n in self.shape)
+
+    @cached_property
+    def steps(self) -> tuple[Step, ...]:
+        v = list(self.top)
+        out = []
+        for phase in (True, False):
+            while True:
+                cand = [d for d in range(3) if v[d] > 1 and (self.flat[d] or not phase)]
+                if not cand:
+                    break
+                m = max(v[d] for d in cand)
+                new = [s // 2 if d in cand and s == m else s for d, s in enumerate(v)]
+                out.append(Step(tuple(v), tuple(new)))
+                v = new
+        return tuple(out)
+
+    @cached_property
+    def base_steps(self) -> int:
+        """Number of steps inside the base grid."""
+        k = 0
+        while k < len(self.steps) and self.points(self.steps[k].fine) <= BASE_POINTS:
+            k += 1
+        return k
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.steps) - self.base_steps + 1
+
+    def points(self, stride: Vec) -> int:
+        return math.prod(grid_shape(self.shape, stride))
+
+    def level_stride(self, level: int) -> Vec:
+        """Per-axis stride of the grid decoded up to ``level``."""
+        k = self.base_steps + level
+        return self.steps[k - 1].fine if k > 0 else self.top
+
+    def level_steps(self, level: int) -> tuple[Step, ...]:
+        if level == 0:
+            return self.steps[: self.base_steps]
+        return (self.steps[self.base_steps + level - 1],)
+
+    def level_points(self, level: int) -> int:
+        n = self.points(self.level_stride(level))
+        return n if level == 0 else n - self.points(self.level_stride(level - 1))
+
+    def passes(self, step: Step, box: Box | None = None) -> tuple[list[Pass], Box | None]:
+        """Passes of ``step`` in order, restricted to ``box`` when given.
+
+        With a box, the pass boxes grow backwards so that each pass covers what later passes
+        read; the second value is the box of coarser points the step reads (``None`` without
+        a box).
+        """
+        P, Q = step.coarse, step.fine
+        axes = [a for a in self.order if Q[a] < P[a]]
+        cur = box if box is not None else Box.whole(self.shape)
+        out = []
+        for p in range(len(axes) - 1, -1, -1):
+            a = axes[p]
+            starts, steps = [0, 0, 0], list(Q)
+            starts[a], steps[a] = Q[a], P[a]
+            for later in axes[p + 1:]:
+                steps[later] = P[later]
+            out.append(Pass(a, Q[a], tuple(starts), tuple(steps), cur))
+            if box is not None:
+                cur = cur.grow(a, STENCIL_REACH * Q[a], self.shape)
+        out.reverse()
+        return out, (cur if box is not None else None)
+
+    # ------------------------------------------------------------------ chunks
+    def tile_bounds(self, level: int) -> list[np.ndarray]:
+        """Per axis, the grid-index boundaries of the chunks of ``level``."""
+        g = grid_shape(self.shape, self.level_stride(level))
+        if level == 0:
+            return [np.array([0, m], dtype=np.int64) for m in g]
+        t = TILE[sum(n > 1 for n in self.shape)]
+        out = []
+        for m in g:
+            nt = max(1, round(m / t))
+            out.append(np.array([(j * m) // nt for j in range(nt + 1)], dtype=np.int64))
+        return out
+
+    def chunk_boxes(self, level: int) -> np.ndarray:
+        """Chunks of ``level``: int64 ``(n_chunks, 6)`` of grid-index ``lo0, hi0, lo1, hi1,
+        lo2, hi2`` (grid of :meth:`level_stride`), in C order of the chunk grid."""
+        b = self.tile_bounds(level)
+        g = np.meshgrid(*[np.arange(len(x) - 1) for x in b], indexing="ij")
+        cols = []
+        for ax in range(3):
+            j = g[ax].ravel()
+            cols += [b[ax][j], b[ax][j + 1]]
+        return np.stack(cols, axis=1).astype(np.int64)
+
+    def chunks_touching(self, level: int, box: Box) -> np.ndarray:
+        """Indices of the chunks of ``level`` that hold grid points inside ``box``."""
+        stride = self.level_stride(level)
+        b = self.tile_bounds(level)
+        sel = []
+        for ax in range(3):
+            g_lo = -(-box.lo[ax] // stride[ax])
+            g_hi = -(-box.hi[ax] // stride[ax])
+            bounds = b[ax]
+            sel.append(np.nonzero((bounds[:-1] < g_hi) & (bounds[1:] > g_lo))[0])
+        n = [len(x) - 1 for x in b]
+        idx = (sel[0][:, None, None] * n[1] + sel[1][None, :, None]) * n[2] + sel[2][None, None, :]
+        return idx.ravel()
+
+    def chunk_hull(self, level: int, chunks: np.ndarray) -> Box | None:
+        """Full-resolution box covering the given chunks of ``level``."""
+        if len(chunks) == 0:
+            return None
+        boxes = self.chunk_boxes(level)[chunks]
+        stride = self.level_stride(level)
+        lo = tuple(int(boxes[:, 2 * a].min()) * stride[a] for a in range(3))
+        hi = tuple(min(self.shape[a], (int(boxes[:, 2 * a + 1].max()) - 1) * stride[a] + 1)
+                   for a in range(3))
+        return Box(lo, hi)

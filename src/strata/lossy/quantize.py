@@ -1,0 +1,74 @@
+"""Linear-scale quantizer with unpredictable-value fallback.
+
+The residual ``d = value - prediction`` is mapped to the integer quantization bin
+``q = rint(d / (2 * eb))``; the reconstruction is ``prediction + 2 * eb * q`` rounded to the
+data dtype. A value is *unpredictable* when ``|q|`` reaches the quantizer radius or when the
+reconstruction, after rounding to the data dtype, is farther than ``eb`` from the value
+(this happens near the float resolution). Unpredictable values are stored exactly, so every
+decoded value is within ``eb`` -- the bound is checked on the rounded value, in float64, the
+same way a user checks it.
+
+Method: SZ3's ``LinearQuantizer`` (Liang et al., "SZ3: A Modular Framework for Composing
+Prediction-Based Error-Bounded Lossy Compressors", IEEE TBD 2022, Sec. IV-B), with bin width
+``2 * eb``. The code space reserves ``UNPREDICTABLE`` for stored values.
+
+The numba functions here are inlined into the predictor's compiled passes
+(:mod:`strata.lossy.predict`); :func:`quantize_reference` is the plain NumPy version the
+tests compare against.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: Largest |q| that is quantized; larger residuals become unpredictable values.
+RADIUS = 1 << 20
+#: Quantization code stored for an unpredictable value (codes are ``q + RADIUS`` otherwise).
+UNPREDICTABLE = 0
+
+
+@njit(inline="always")
+def quantize_into(x, idx, value, pred, eb, inv_bin, bin_width):
+    """Quantize ``value`` against ``pred``; write the reconstruction into ``x[idx]``.
+
+    Returns the quantization code (``q + RADIUS``) or ``UNPREDICTABLE``, in which case
+    ``x[idx]`` holds ``value`` exactly. ``x`` is the working array of the data dtype, so the
+    assignment performs the dtype rounding that the decoder performs too.
+    """
+    q = np.rint((value - pred) * inv_bin)
+    if abs(q) < RADIUS:
+        x[idx] = pred + q * bin_width
+        if abs(np.float64(x[idx]) - value) <= eb:
+            return np.int32(q) + RADIUS
+    x[idx] = value
+    return UNPREDICTABLE
+
+
+@njit(inline="always")
+def dequantize_into(x, idx, code, pred, bin_width):
+    """Write the reconstruction of ``code`` into ``x[idx]``; unpredictable values stay as stored."""
+    if code != UNPREDICTABLE:
+        x[idx] = pred + np.float64(code - RADIUS) * bin_width
+
+
+def quantize_reference(values: np.ndarray, preds: np.ndarray, eb: float):
+    """NumPy reference of :func:`quantize_into` for whole arrays.
+
+    Args:
+        values: original values, float32 or float64, any shape.
+        preds: predictions (float64), same shape.
+        eb: absolute error bound (> 0).
+
+    Returns:
+        ``(codes, recon)``: int64 codes (``UNPREDICTABLE`` where stored exactly) and the
+        reconstruction in the dtype of ``values``.
+    """
+    v64 = values.astype(np.float64)
+    q = np.rint((v64 - preds) / (2.0 * eb))
+    ok = np.abs(q) < RADIUS
+    q = np.where(ok, q, 0.0)
+    recon = (preds + q * (2.0 * eb)).astype(values.dtype)
+    ok &= np.abs(recon.astype(np.float64) - v64) <= eb
+    codes = np.where(ok, q.astype(np.int64) + RADIUS, UNPREDICTABLE)
+    recon = np.where(ok, recon, values)
+    return codes, recon

@@ -1,0 +1,337 @@
+"""Reading a lossy stream: whole, progressively (levels ``0..k``), or a region.
+
+A :class:`LossyReader` reads the header, then only the level sections and chunks a request
+needs: levels above ``k`` are never read for a progressive request, and a region request
+decodes, per level, only the chunks that hold points its interpolation stencils reach.
+Every byte is checksummed before it is decoded.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..container import KIND_LOSSY, Reader, Source, SourceLike, check_crc, unpack_header
+from ..entropy import tables
+from ..entropy.binning import ALPHABET
+from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError
+from . import chunks, nonfinite
+from .codec import level_geometry
+from .header import LossyHeader
+from .partition import Box, as_3d_shape, grid_shape
+from .predict import decode_origin, decode_pass, preview_pass
+
+_CHUNK_ERRORS = {1: "bad chunk lengths", 2: "invalid symbol", 3: "entropy-coded bytes not consumed exactly",
+                 4: "raw bits or stored values not consumed exactly"}
+
+
+@dataclass(frozen=True)
+class LevelInfo:
+    """One resolution level of a stream.
+
+    Attributes:
+        index: 0 for the base grid, up to ``len(levels) - 1`` for full resolution.
+        shape: shape of the grid decoded up to this level (``ceil(n / stride)`` per axis).
+        stride: per-axis distance between grid points, in full-resolution indices.
+        error_bound: absolute bound met by every value of that grid (finite values).
+        compressed_bytes: bytes of this level's section.
+        points: number of points this level adds.
+    """
+
+    index: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    error_bound: float
+    compressed_bytes: int
+    points: int
+
+
+class _LevelTables:
+    def __init__(self, cmap, freq, cum, lut, offsets, crcs):
+        self.cmap, self.freq, self.cum, self.lut = cmap, freq, cum, lut
+        self.offsets, self.crcs = offsets, crcs
+
+
+class LossyReader:
+    """Reader of a lossy stream held in bytes, a file, or a file object.
+
+    Args:
+        source: the stream: ``bytes``-like, a path, or a seekable binary file object.
+
+    Raises:
+        FormatError: not a strata lossy stream, or an unsupported version.
+        TruncatedStreamError: the stream is shorter than its header says.
+        CorruptStreamError: header checksum mismatch or inconsistent fields.
+        ResourceLimitError: the header announces an absurd size.
+    """
+
+    def __init__(self, source: SourceLike):
+        self._src = source if isinstance(source, Source) else Source(source)
+        raw, off = unpack_header(self._src, KIND_LOSSY)
+        self.header = h = LossyHeader.from_bytes(raw, self._src.size)
+        self._part = h.partition() if h.size else None
+        self._nf_offset = off
+        off += h.nonfinite_len
+        self._level_offsets = []
+        for lv in h.levels:
+            self._level_offsets.append(off)
+            off += lv.head_len + lv.payload_len
+        if off > self._src.size:
+            raise TruncatedStreamError(f"stream truncated: its sections need {off} bytes, "
+                                       f"it has {self._src.size}")
+        self._tables: dict[int, _LevelTables] = {}
+        if self._part is not None:
+            self._bounds = h.step_bounds(self._part.steps)
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.header.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.header.dtype).newbyteorder("=")
+
+    @property
+    def error_bound(self) -> float:
+        """Absolute error bound of the full-resolution data."""
+        return self.header.eb
+
+    @property
+    def levels(self) -> list[LevelInfo]:
+        """Resolution levels, coarse to fine (empty for an empty array)."""
+        if self._part is None:
+            return []
+        part, nd = self._part, len(self.shape)
+        out = []
+        worst = 0.0
+        first = 0
+        for k in range(part.num_levels):
+            steps = part.level_steps(k)
+            n = len(steps)
+            worst = max([worst, *self._bounds[first:first + n]]) if n else max(worst, self.header.eb)
+            first += n
+            stride = part.level_stride(k)
+            shape = grid_shape(part.shape, stride)
+            if nd <= 3:
+                stride, shape = stride[3 - nd:], shape[3 - nd:]
+            lv = self.header.levels[k]
+            out.append(LevelInfo(k, tuple(shape), tuple(stride), worst,
+                                 lv.head_len + lv.payload_len, part.level_points(k)))
+        return out
+
+    def close(self) -> None:
+        self._src.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ decoding
+    def read(self, level: int | None = None, region=None, *, full_resolution: bool = True) -> np.ndarray:
+        """Decode the data.
+
+        Args:
+            level: decode levels ``0..level`` only (default: all). With
+                ``full_resolution=True`` the missing finer points are interpolated (a
+                preview at the original shape); otherwise the level's grid is returned
+                (shape ``levels[level].shape``; its values meet ``levels[level].error_bound``).
+            region: a tuple of slices and integers (numpy basic indexing) selecting part of
+                the full-resolution array; only the chunks it needs are read and decoded.
+                The result equals the same selection of a full decode, bit for bit.
+            full_resolution: see ``level``.
+
+        Returns:
+            ndarray of the stream's dtype.
+
+        Raises:
+            InvalidInputError: ``level`` out of range, bad ``region``, or a region with
+                ``full_resolution=False``.
+            CorruptStreamError, TruncatedStreamError: the bytes needed are damaged.
+        """
+        h, part = self.header, self._part
+        if part is None:
+            if region is not None:
+                return np.empty(h.shape, self.dtype)[region]
+            return np.empty(h.shape, self.dtype)
+        last = part.num_levels - 1
+        if level is None:
+            level = last
+        if not isinstance(level, (int, np.integer)) or not 0 <= level <= last:
+            raise InvalidInputError(f"level must be an integer in 0..{last}, got {level!r}")
+        level = int(level)
+        if region is not None and not full_resolution:
+            raise InvalidInputError("a region is read at full resolution")
+        box = self._region_box(region) if region is not None else None
+        if box is not None and box.empty():
+            return np.empty(self.shape, self.dtype)[region]
+        x = np.empty(part.points((1, 1, 1)), dtype=self.dtype)
+        codes = np.empty(x.size, dtype=np.int32)
+        self._decode(x, codes, level, box, full_resolution)
+        if h.nonfinite_len:
+            nonfinite.restore(self._src.read(self._nf_offset, h.nonfinite_len, "non-finite section"), x)
+        if not full_resolution:
+            q = part.level_stride(level)
+            g = x.reshape(part.shape)[::q[0], ::q[1], ::q[2]]
+            nd = len(self.shape)
+            return np.array(g.reshape(g.shape[3 - nd:]) if nd <= 3 else g)
+        out = x.reshape(self.shape)
+        return np.array(out[region]) if region is not None else out
+
+    def _region_box(self, region) -> Box:
+        shape = self.shape
+        if not isinstance(region, tuple):
+            region = (region,)
+        if len(region) > len(shape):
+            raise InvalidInputError(f"region has {len(region)} entries for a {len(shape)}-d array")
+        lo, hi = [], []
+        for d, n in enumerate(shape):
+            r = region[d] if d < len(region) else slice(None)
+            if isinstance(r, (int, np.integer)):
+                i = int(r) + (n if r < 0 else 0)
+                if not 0 <= i < n:
+                    raise InvalidInputError(f"index {r} out of range for axis {d} of size {n}")
+                lo.append(i)
+                hi.append(i + 1)
+            elif isinstance(r, slice):
+                idx = range(*r.indices(n))
+                if len(idx) == 0:
+                    lo.append(0)
+                    hi.append(0)
+                else:
+                    lo.append(min(idx[0], idx[-1]))
+                    hi.append(max(idx[0], idx[-1]) + 1)
+            else:
+                raise InvalidInputError(f"region entries must be slices or integers, not {type(r).__name__}")
+        if len(shape) <= 3:
+            pad = 3 - len(shape)
+            return Box((0,) * pad + tuple(lo), (1,) * pad + tuple(hi))
+        if any(h <= low for low, h in zip(lo, hi)):
+            return Box((0, 0, 0), (0, 0, 0))
+        lead = shape[:-2]
+        m_lo = int(np.ravel_multi_index(lo[:-2], lead))
+        m_hi = int(np.ravel_multi_index([h - 1 for h in hi[:-2]], lead)) + 1
+        return Box((m_lo, lo[-2], lo[-1]), (m_hi, hi[-2], hi[-1]))
+
+    def _plan(self, level: int, box: Box | None, full_resolution: bool):
+        """Per step the passes to run, per level the chunks to decode."""
+        part = self._part
+        last_step = len(part.steps) - 1 if full_resolution else part.base_steps + level - 1
+        step_passes: dict[int, list] = {}
+        level_chunks: dict[int, np.ndarray] = {}
+        need_vals, need_codes = box, None
+        for i in range(last_step, part.base_steps - 1, -1):
+            lv = i - part.base_steps + 1
+            passes, coarse = part.passes(part.steps[i], need_vals)
+            step_passes[i] = passes
+            if lv <= level:
+                if need_vals is None:
+                    level_chunks[lv] = np.arange(part.chunk_boxes(lv).shape[0])
+                else:
+                    cbox = passes[0].box if passes else need_vals
+                    if need_codes is not None:
+                        cbox = cbox.hull(need_codes)
+                    ids = part.chunks_touching(lv, cbox)
+                    level_chunks[lv] = ids
+                    hull = part.chunk_hull(lv, ids)
+                    need_codes = hull if need_codes is None or hull is None else hull.hull(need_codes)
+            need_vals = coarse
+        return step_passes, level_chunks
+
+    def _decode(self, x, codes, level, box, full_resolution):
+        part, h = self._part, self.header
+        step_passes, level_chunks = self._plan(level, box, full_resolution)
+        # base grid: one chunk, every step
+        self._decode_chunks(0, np.zeros(1, np.int64), x, codes)
+        decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb)
+        for i in range(part.base_steps):
+            passes, _ = part.passes(part.steps[i])
+            for p in passes:
+                decode_pass(x, codes, part, p, self._bounds[i], h.cubic(i))
+        for i in range(part.base_steps, len(part.steps)):
+            if i not in step_passes:
+                break
+            lv = i - part.base_steps + 1
+            if lv <= level:
+                self._decode_chunks(lv, level_chunks[lv], x, codes)
+                for p in step_passes[i]:
+                    decode_pass(x, codes, part, p, self._bounds[i], h.cubic(i))
+            else:
+                for p in step_passes[i]:
+                    preview_pass(x, part, p, h.cubic(i))
+
+    def _level_tables(self, lv: int) -> _LevelTables:
+        if lv in self._tables:
+            return self._tables[lv]
+        entry = self.header.levels[lv]
+        head = self._src.read(self._level_offsets[lv], entry.head_len, f"level {lv} head")
+        if len(head) < 4:
+            raise CorruptStreamError(f"level {lv} head too short")
+        check_crc(head[:-4], struct.unpack("<I", head[-4:])[0], f"level {lv} head")
+        r = Reader(head[:-4], f"level {lv} head")
+        group = r.u8()
+        if group >= len(chunks.CONTEXT_GROUPS):
+            raise CorruptStreamError(f"level {lv}: unknown context grouping {group}")
+        cmap = chunks.CONTEXT_GROUPS[group]
+        n_tables = int(cmap.max()) + 1
+        counts = tables.deserialize(r.blob(len(head)), n_tables, ALPHABET)
+        freq = tables.normalize(counts)
+        n_chunks = r.varint(len(head))
+        if n_chunks != self._part.chunk_boxes(lv).shape[0]:
+            raise CorruptStreamError(f"level {lv}: {n_chunks} chunks listed, the shape has "
+                                     f"{self._part.chunk_boxes(lv).shape[0]}")
+        lens = np.array([r.varint(entry.payload_len) for _ in range(n_chunks)], dtype=np.int64)
+        crcs = [r.u32() for _ in range(n_chunks)]
+        r.done()
+        offsets = np.zeros(n_chunks + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        if offsets[-1] != entry.payload_len:
+            raise CorruptStreamError(f"level {lv}: chunk lengths do not add up to the payload")
+        t = _LevelTables(cmap, freq, tables.cumulative(freq), tables.decode_lut(freq), offsets, crcs)
+        self._tables[lv] = t
+        return t
+
+    def _decode_chunks(self, lv: int, ids: np.ndarray, x, codes) -> None:
+        if len(ids) == 0:
+            return
+        t = self._level_tables(lv)
+        entry = self.header.levels[lv]
+        base = self._level_offsets[lv] + entry.head_len
+        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        # read runs of consecutive chunks
+        parts, starts, ends = [], np.empty(len(ids), np.int64), np.empty(len(ids), np.int64)
+        pos = 0
+        j = 0
+        while j < len(ids):
+            k = j
+            while k + 1 < len(ids) and ids[k + 1] == ids[k] + 1:
+                k += 1
+            a, b = t.offsets[ids[j]], t.offsets[ids[k] + 1]
+            data = self._src.read(base + int(a), int(b - a), f"level {lv} chunks")
+            for c in range(j, k + 1):
+                s0, s1 = t.offsets[ids[c]] - a, t.offsets[ids[c] + 1] - a
+                check_crc(data[s0:s1], t.crcs[ids[c]], f"level {lv} chunk {ids[c]}")
+                starts[c], ends[c] = pos + s0, pos + s1
+            parts.append(data)
+            pos += int(b - a)
+            j = k + 1
+        payload = np.frombuffer(parts[0], np.uint8) if len(parts) == 1 else np.frombuffer(b"".join(parts), np.uint8)
+        shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv)
+        errors = np.zeros(len(ids), np.int64)
+        chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
+                      base_flag, boxes, t.cmap, t.freq, t.cum, t.lut, errors)
+        bad = np.nonzero(errors)[0]
+        if len(bad):
+            j = int(bad[0])
+            raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")
+
+
+def open_stream(source: SourceLike) -> LossyReader:
+    """Open a lossy stream for reading (see :class:`LossyReader`)."""
+    return LossyReader(source)
+
+
+__all__ = ["LevelInfo", "LossyReader", "open_stream", "as_3d_shape"]

@@ -16,6 +16,7 @@ State lives in int64 variables holding values below ``2**32``.
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from .tables import SCALE_BITS
@@ -68,23 +69,35 @@ def decode_init(buf, pos, end):
 
 @njit(inline="always")
 def decode_slot(state):
-    """Slot of the next symbol: look it up in the table's slot-to-symbol map."""
+    """Slot of the next symbol: index into the table's :func:`~strata.entropy.tables.decode_table`."""
     return state & _MASK
 
 
 @njit(inline="always")
-def decode_advance(state, buf, pos, end, start, freq):
-    """Consume the symbol of cumulative frequency ``start`` and frequency ``freq``.
+def decode_advance(state, buf, pos, end, entry):
+    """Consume the symbol whose packed decode-table ``entry`` the slot selected.
 
     Returns ``(state, pos)``; reading past ``end`` feeds zero bytes (the caller checks
     that the stream was consumed exactly).
     """
-    state = freq * (state >> SCALE_BITS) + (state & _MASK) - start
+    state = ((entry >> 7) & 0x1FFF) * (state >> SCALE_BITS) + (entry >> 20)
     while state < RANS_L:
         b = buf[pos] if pos < end else 0
         pos += 1
         state = (state << 8) | b
     return state, pos
+
+
+@njit(inline="always")
+def entry_symbol(entry):
+    """Symbol of a packed decode-table entry."""
+    return entry & 0x7F
+
+
+@njit(inline="always")
+def entry_valid(entry):
+    """False for the slots of an unused table."""
+    return (entry >> 7) & 0x1FFF != 0
 
 
 @njit(inline="always")

@@ -15,26 +15,24 @@ codes of the approximated counts.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..errors import CorruptStreamError
 
-SCALE_BITS = 12
+SCALE_BITS = 11
 SCALE = 1 << SCALE_BITS
+#: Decode-table entry of an unused table's slots (symbol 127, frequency 0).
+INVALID_ENTRY = 127
 _MANT = 4  # mantissa bits of the approximate count
+_MAX_COUNT_BITS = 19  # counts below 2**19 have codes below 256
 
 
 def approx_code(counts: np.ndarray) -> np.ndarray:
-    """Codes of the approximate counts (0 for an absent symbol), int64 array."""
+    """Codes (0..255) of the approximate counts, 0 for an absent symbol; counts < 2**19."""
     c = np.asarray(counts, dtype=np.int64)
-    e = np.zeros_like(c)
-    big = c >= (1 << _MANT)
-    # exponent such that (c >> e) has _MANT+1 bits
-    e[big] = np.floor(np.log2(c[big])).astype(np.int64) - _MANT
-    # guard against float log2 error on exact powers of two
-    e[big] += (c[big] >> e[big]) >= (1 << (_MANT + 1))
-    e[big] -= (c[big] >> e[big]) < (1 << _MANT)
-    m = np.where(big, c >> e, c)
-    return np.where(big, (e + 1) << _MANT | (m & ((1 << _MANT) - 1)), c)
+    e = np.maximum(_bit_length(c) - (_MANT + 1), 0)
+    m = c >> e
+    return np.where(e > 0, (e + 1) << _MANT | (m & ((1 << _MANT) - 1)), c)
 
 
 def approx_value(code: np.ndarray) -> np.ndarray:
@@ -42,45 +40,17 @@ def approx_value(code: np.ndarray) -> np.ndarray:
     code = np.asarray(code, dtype=np.int64)
     e = code >> _MANT
     m = code & ((1 << _MANT) - 1)
-    return np.where(e == 0, code, ((1 << _MANT) | m) << np.maximum(e - 1, 0))
+    return np.where(e <= 1, code, ((1 << _MANT) | m) << np.maximum(e - 1, 0))
 
 
-def normalize(counts: np.ndarray) -> np.ndarray:
-    """Scale each row of ``counts`` (int64 ``(n_tables, n_symbols)``) to sum to ``SCALE``.
-
-    Every present symbol keeps a frequency of at least 1; rows with no counts stay zero.
-    Integer arithmetic only.
-    """
-    counts = np.asarray(counts, dtype=np.int64)
-    freq = np.zeros_like(counts)
-    for t in range(counts.shape[0]):
-        c = counts[t]
-        total = int(c.sum())
-        if total == 0:
-            continue
-        present = c > 0
-        if int(present.sum()) > SCALE:
-            raise ValueError("more symbols than table slots")
-        f = np.where(present, np.maximum(1, (c * SCALE) // total), 0)
-        diff = SCALE - int(f.sum())
-        # give the remainder to (or take the excess from) the largest frequencies
-        order = np.argsort(-f, kind="stable")
-        i = 0
-        while diff != 0:
-            j = order[i % len(order)]
-            if diff > 0:
-                f[j] += diff
-                diff = 0
-            elif f[j] > 1:
-                take = min(f[j] - 1, -diff)
-                f[j] -= take
-                diff += take
-            i += 1
-        freq[t] = f
-    return freq
-
-
-_MAX_COUNT_BITS = 19  # counts below 2**19 have codes below 256
+def _bit_length(c: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(c)
+    v = c.copy()
+    for shift in (32, 16, 8, 4, 2, 1):
+        big = v >= (1 << shift)
+        out += np.where(big, shift, 0)
+        v = np.where(big, v >> shift, v)
+    return out + (v > 0)
 
 
 def _scaled(counts: np.ndarray) -> np.ndarray:
@@ -95,27 +65,77 @@ def quantized(counts: np.ndarray) -> np.ndarray:
     return approx_value(approx_code(_scaled(counts)))
 
 
+@njit(nogil=True, cache=True)
+def normalize(counts):
+    """Scale each row of ``counts`` (int64 ``(n_tables, n_symbols)``) to sum to ``SCALE``.
+
+    Every present symbol keeps a frequency of at least 1; rows with no counts stay zero.
+    Integer arithmetic only. A row with more than ``SCALE`` present symbols is an error
+    (returned as all -1).
+    """
+    n_t, n_s = counts.shape
+    freq = np.zeros((n_t, n_s), np.int64)
+    for t in range(n_t):
+        total = 0
+        present = 0
+        for s in range(n_s):
+            total += counts[t, s]
+            present += counts[t, s] > 0
+        if total == 0:
+            continue
+        if present > SCALE:
+            freq[:] = -1
+            return freq
+        acc = 0
+        big = 0
+        for s in range(n_s):
+            c = counts[t, s]
+            if c > 0:
+                f = max(1, (c * SCALE) // total)
+                freq[t, s] = f
+                acc += f
+                if f > freq[t, big]:
+                    big = s
+        diff = SCALE - acc
+        if diff >= 0 or freq[t, big] + diff >= 1:
+            freq[t, big] += diff
+            continue
+        # too many forced ones: take from the largest frequencies in turn
+        while diff < 0:
+            j = 0
+            for s in range(n_s):
+                if freq[t, s] > freq[t, j]:
+                    j = s
+            take = min(freq[t, j] - 1, -diff, max(1, freq[t, j] // 2))
+            freq[t, j] -= take
+            diff += take
+    return freq
+
+
 def serialize(counts: np.ndarray) -> bytes:
     """Approximate, serialized form of ``counts`` (int64 ``(n_tables, n_symbols)``,
     ``n_symbols <= 255``)."""
-    codes = approx_code(_scaled(counts))
-    out = bytearray()
-    for row in codes:
-        nz = np.nonzero(row)[0]
-        k = int(nz[-1]) + 1 if len(nz) else 0
-        out.append(k)
-        out += row[:k].astype(np.uint8).tobytes()
-    return bytes(out)
+    codes = approx_code(_scaled(counts)).astype(np.uint8)
+    present = codes != 0
+    k = np.where(present.any(axis=1), codes.shape[1] - np.argmax(present[:, ::-1], axis=1), 0)
+    return b"".join(bytes([int(kt)]) + codes[t, :kt].tobytes() for t, kt in enumerate(k))
 
 
-def deserialize(buf: bytes, n_tables: int, n_symbols: int) -> np.ndarray:
+def serialized_size(counts: np.ndarray) -> int:
+    """Length of :func:`serialize` output, without building it."""
+    present = np.asarray(counts) > 0
+    k = np.where(present.any(axis=1), present.shape[1] - np.argmax(present[:, ::-1], axis=1), 0)
+    return int(k.sum() + len(k))
+
+
+def deserialize(buf, n_tables: int, n_symbols: int) -> np.ndarray:
     """Approximate counts (int64 ``(n_tables, n_symbols)``) from :func:`serialize` output.
 
     Raises:
         CorruptStreamError: the bytes do not hold ``n_tables`` tables of that alphabet.
     """
     codes = np.zeros((n_tables, n_symbols), dtype=np.int64)
-    buf = memoryview(buf)
+    buf = memoryview(buf).cast("B")
     pos = 0
     for t in range(n_tables):
         if pos >= len(buf):
@@ -132,21 +152,13 @@ def deserialize(buf: bytes, n_tables: int, n_symbols: int) -> np.ndarray:
 
 
 def cost_bits(counts: np.ndarray) -> float:
-    """Estimated coded size in bits of the symbols counted in ``counts``, plus the tables."""
-    counts = np.asarray(counts, dtype=np.int64)
-    freq = normalize(quantized(counts))
+    """Estimated coded size in bits of the symbols counted in ``counts`` (ideal
+    adaptive-free entropy of each row), plus the serialized tables."""
+    counts = np.asarray(counts, dtype=np.float64)
+    tot = counts.sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        bits = np.where(counts > 0, counts * (SCALE_BITS - np.log2(np.maximum(freq, 1))), 0.0)
-    return float(bits.sum()) + 8 * len(serialize(counts))
-
-
-def decode_lut(freq: np.ndarray) -> np.ndarray:
-    """Slot-to-symbol lookup (uint8 ``(n_tables, SCALE)``) of normalized frequencies."""
-    lut = np.zeros((freq.shape[0], SCALE), dtype=np.uint8)
-    for t in range(freq.shape[0]):
-        if freq[t].sum() == SCALE:
-            lut[t] = np.repeat(np.arange(freq.shape[1], dtype=np.uint8), freq[t])
-    return lut
+        bits = np.where(counts > 0, counts * np.log2(tot / np.maximum(counts, 1)), 0.0)
+    return float(bits.sum()) + 8 * serialized_size(counts)
 
 
 def cumulative(freq: np.ndarray) -> np.ndarray:
@@ -154,3 +166,24 @@ def cumulative(freq: np.ndarray) -> np.ndarray:
     cum = np.zeros_like(freq)
     cum[:, 1:] = np.cumsum(freq, axis=1)[:, :-1]
     return cum
+
+
+@njit(nogil=True, cache=True)
+def decode_table(freq):
+    """Packed decode table, uint32 ``(n_tables, SCALE)``: for each slot,
+    ``symbol | frequency << 7 | (slot - cumulative frequency) << 20``. Symbols must be below
+    127; the slots of an unused table hold symbol 127 with frequency 0 (invalid)."""
+    n_t, n_s = freq.shape
+    out = np.full((n_t, SCALE), INVALID_ENTRY, np.uint32)
+    for t in range(n_t):
+        total = 0
+        for s in range(n_s):
+            total += freq[t, s]
+        if total != SCALE:
+            continue
+        slot = 0
+        for s in range(n_s):
+            for b in range(freq[t, s]):
+                out[t, slot] = s | (freq[t, s] << 7) | (b << 20)
+                slot += 1
+    return out

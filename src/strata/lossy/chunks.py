@@ -20,10 +20,11 @@ import numpy as np
 from numba import njit, prange
 
 from ..entropy import rans, tables
-from ..entropy.binning import ALPHABET, ESCAPE, extra_bits, from_symbol, to_symbol, unzigzag, zigzag
+from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, extra_bits, from_symbol, to_symbol, unzigzag, zigzag
 from .quantize import RADIUS, UNPREDICTABLE
 
 N_CONTEXTS = 27
+_SLOT_MASK = tables.SCALE - 1
 
 
 def _group_maps():
@@ -228,25 +229,85 @@ def _varint(buf, pos, end):
     return np.int64(-1), pos
 
 
+@njit(inline="always")
+def _mag_of_symbol(sym):
+    """Magnitude class (0, 1, 2+) of the code a symbol stands for."""
+    return 0 if sym == 0 else (1 if sym < 3 else 2)
+
+
+@njit(nogil=True)
+def _decode_symbols(payload, pos, r_end, dtab, mags, syms, h0, h1, h2, lo0, lo1, lo2, r0, r1, r2, base):
+    """rANS-decode a chunk's symbols in raster order (pass 1 of :func:`decode`).
+
+    ``mags`` is the chunk's grid with a zero border on the low side of each axis, shape
+    ``(h0 + 1) * (h1 + 1) * (h2 + 1)``, pre-filled with the magnitude classes of coarser
+    points; contexts are read from it, so the big code array is not touched here.
+    Returns ``(number of symbols, rpos, final state)``; -1 symbols on an invalid one.
+    """
+    p1 = h2 + 1
+    p0 = (h1 + 1) * p1
+    state, rpos = rans.decode_init(payload, pos, r_end)
+    if state < rans.RANS_L:
+        return -1, rpos, state
+    k = 0
+    for a in range(h0):
+        g0 = lo0 + a
+        for b in range(h1):
+            f, st = _row(g0, lo1 + b, lo2, r0, r1, r2, base)
+            if st == 0:
+                continue
+            p = (a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2)
+            if st == 1:
+                # the previous point of the row is this level's: keep its class in a register
+                prev = 0
+                for _ in range(f, lo2 + h2):
+                    entry = np.int64(dtab[9 * mags[p - p0] + 3 * mags[p - p1] + prev, state & _SLOT_MASK])
+                    sym = entry & 0x7F
+                    if sym >= ESCAPE and not rans.entry_valid(entry):
+                        return -1, rpos, state
+                    state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
+                    prev = _mag_of_symbol(sym)
+                    mags[p] = prev
+                    syms[k] = sym
+                    k += 1
+                    p += 1
+            else:
+                # the previous point of the row is coarser: its class is in the grid
+                for _ in range(f, lo2 + h2, 2):
+                    entry = np.int64(dtab[9 * mags[p - p0] + 3 * mags[p - p1] + mags[p - 1], state & _SLOT_MASK])
+                    sym = entry & 0x7F
+                    if sym >= ESCAPE and not rans.entry_valid(entry):
+                        return -1, rpos, state
+                    state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
+                    mags[p] = _mag_of_symbol(sym)
+                    syms[k] = sym
+                    k += 1
+                    p += 2
+    return k, rpos, state
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, stride, refined,
-           base, boxes, ctxmap, freq, cum, lut, errors):
+           base, boxes, dtab, errors):
     """Decode the chunks ``chunk_ids`` of a level into ``codes`` (and unpredictable values
     into ``out_bytes``, the output array's bytes).
 
-    Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``. ``errors[j]`` is set to
-    a non-zero reason when the chunk is inconsistent: 1 bad lengths, 2 invalid symbol,
-    3 rANS stream not consumed exactly, 4 raw bits or values not consumed exactly.
+    Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``; ``dtab`` holds the level's
+    packed decode table (:func:`strata.entropy.tables.decode_table`) for each of the 27
+    contexts. ``codes`` must hold the codes of the coarser levels inside the chunks (they
+    give the contexts). ``errors[j]`` is set to a non-zero reason when the chunk is
+    inconsistent: 1 bad lengths, 2 invalid symbol or missing value, 3 rANS stream not
+    consumed exactly, 4 raw bits or stored values not consumed exactly.
     """
     n1, n2 = shape[1], shape[2]
     d0 = stride[0] * n1 * n2
     d1 = stride[1] * n2
     d2 = stride[2]
     r0, r1, r2 = refined[0], refined[1], refined[2]
-    n_codes = codes.shape[0]
     for j in prange(chunk_ids.shape[0]):
         c = chunk_ids[j]
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
+        h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
         end = ends[j]
         n_r, pos = _varint(payload, starts[j], end)
         n_x, pos = _varint(payload, pos, end)
@@ -254,16 +315,39 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
             errors[j] = 1
             continue
         r_end = pos + n_r
+        # magnitude grid with a zero border; coarser points' classes from the code array
+        p1 = h2 + 1
+        p0 = (h1 + 1) * p1
+        mags = np.zeros((h0 + 1) * p0, np.uint8)
+        if not base:
+            for a in range(h0):
+                for b in range(h1):
+                    f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+                    if st == 1:
+                        continue
+                    row = (lo0 + a) * d0 + (lo1 + b) * d1
+                    q = (a + 1) * p0 + (b + 1) * p1 + 1
+                    g_first = lo2 + ((lo2 & 1) if st == 2 else 0)
+                    for g2 in range(g_first, hi2, 2 if st == 2 else 1):
+                        mags[q + g2 - lo2] = _mag(codes[row + g2 * d2])
+        syms = np.empty(h0 * h1 * h2, np.uint8)
+        n, rpos, state = _decode_symbols(payload, pos, r_end, dtab, mags, syms, h0, h1, h2,
+                                         lo0, lo1, lo2, r0, r1, r2, base)
+        if n < 0:
+            errors[j] = 2
+            continue
+        if rpos != r_end or state != rans.RANS_L:
+            errors[j] = 3
+            continue
+        # pass 2: symbols -> codes, raw bits and stored values
         x_pos = r_end
         x_end = r_end + n_x
         u_pos = x_end
-        state, rpos = rans.decode_init(payload, pos, r_end)
         acc = np.int64(0)
         nacc = np.int64(0)
-        bad = 0
+        k = 0
+        bad = False
         for g0 in range(lo0, hi0):
-            if bad:
-                break
             for g1 in range(lo1, hi1):
                 f, st = _row(g0, g1, lo2, r0, r1, r2, base)
                 if st == 0:
@@ -271,33 +355,27 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
                 row = g0 * d0 + g1 * d1
                 for g2 in range(f, hi2, st):
                     idx = row + g2 * d2
-                    t = ctxmap[_context(codes, idx, g0, g1, g2, lo0, lo1, lo2, d0, d1, d2)]
-                    sym = lut[t, rans.decode_slot(state)]
-                    fr = freq[t, sym]
-                    if fr == 0 or idx >= n_codes:
-                        bad = 2
-                        break
-                    state, rpos = rans.decode_advance(state, payload, rpos, r_end, cum[t, sym], fr)
-                    if sym == ESCAPE:
+                    sym = np.int64(syms[k])
+                    k += 1
+                    if sym < DIRECT:
+                        codes[idx] = RADIUS + unzigzag(sym)
+                    elif sym == ESCAPE:
                         codes[idx] = UNPREDICTABLE
                         if u_pos + itemsize > end:
-                            bad = 4
+                            bad = True
                             break
                         for b in range(itemsize):
                             out_bytes[idx * itemsize + b] = payload[u_pos + b]
                         u_pos += itemsize
                     else:
-                        nb = extra_bits(sym)
-                        extra = 0
-                        if nb > 0:
-                            extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, nb)
+                        extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, extra_bits(sym))
                         codes[idx] = RADIUS + unzigzag(from_symbol(sym, extra))
                 if bad:
                     break
+            if bad:
+                break
         if bad:
-            errors[j] = bad
-        elif rpos != r_end or state != rans.RANS_L:
-            errors[j] = 3
+            errors[j] = 2
         elif x_pos != x_end or u_pos != end:
             errors[j] = 4
 

@@ -27,7 +27,7 @@ from ..entropy import tables
 from . import chunks, nonfinite
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
 from .partition import Partition, as_3d_shape
-from .predict import encode_origin, encode_pass
+from .predict import encode_origin, encode_passes, pass_table
 from .quantize import RADIUS
 
 
@@ -144,21 +144,27 @@ def predict_all(orig: np.ndarray, part: Partition, header: LossyHeader) -> np.nd
     codes = np.empty(orig.size, dtype=np.int32)
     bounds = header.step_bounds(part.steps)
     encode_origin(x, codes, orig, bounds[0] if bounds else header.eb)
+    rows, eb, cubic = [], [], []
     for i, step in enumerate(part.steps):
         passes, _ = part.passes(step)
-        for p in passes:
-            encode_pass(x, codes, orig, part, p, bounds[i], header.cubic(i))
+        rows += passes
+        eb += [bounds[i]] * len(passes)
+        cubic += [header.cubic(i)] * len(passes)
+    encode_passes(x, codes, orig, np.array(part.shape, np.int64), pass_table(rows, eb, cubic))
     return codes
 
 
 def level_geometry(part: Partition, level: int):
-    """Arrays the chunk kernels take: ``(shape, stride, refined, base, boxes)``."""
-    stride = part.level_stride(level)
-    steps = part.level_steps(level)
-    refined = (np.array(steps[0].refined, dtype=np.bool_) if level > 0
-               else np.ones(3, dtype=np.bool_))
-    return (np.array(part.shape, np.int64), np.array(stride, np.int64), refined, level == 0,
-            part.chunk_boxes(level))
+    """Arrays the chunk kernels take: ``(shape, stride, refined, base, boxes)`` (cached)."""
+    key = ("geometry", level)
+    if key not in part.cache:
+        stride = part.level_stride(level)
+        steps = part.level_steps(level)
+        refined = (np.array(steps[0].refined, dtype=np.bool_) if level > 0
+                   else np.ones(3, dtype=np.bool_))
+        part.cache[key] = (np.array(part.shape, np.int64), np.array(stride, np.int64), refined, level == 0,
+                           part.chunk_boxes(level))
+    return part.cache[key]
 
 
 def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarray) -> tuple[bytes, bytes]:

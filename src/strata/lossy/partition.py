@@ -126,6 +126,11 @@ class Partition:
     flat: tuple[bool, bool, bool] = (False, False, False)
 
     @cached_property
+    def cache(self) -> dict:
+        """Memo of derived per-level arrays (filled by the codec and reader)."""
+        return {}
+
+    @cached_property
     def top(self) -> Vec:
         """Stride of the one-point starting grid, per axis."""
         return tuple(1 << math.ceil(math.log2(n)) if n > 1 else 1 for n in self.shape)
@@ -197,6 +202,15 @@ class Partition:
         out.reverse()
         return out, (cur if box is not None else None)
 
+    def plan_passes(self, box: Box | None, last_step: int, first_step: int = 0) -> dict[int, list[Pass]]:
+        """Passes of steps ``first_step..last_step`` needed for the values of the step
+        ``last_step`` grid inside ``box`` (all points when ``box`` is None), by step."""
+        out: dict[int, list[Pass]] = {}
+        need = box
+        for i in range(last_step, first_step - 1, -1):
+            out[i], need = self.passes(self.steps[i], need)
+        return out
+
     # ------------------------------------------------------------------ chunks
     def tile_bounds(self, level: int) -> list[np.ndarray]:
         """Per axis, the grid-index boundaries of the chunks of ``level``."""
@@ -213,13 +227,16 @@ class Partition:
     def chunk_boxes(self, level: int) -> np.ndarray:
         """Chunks of ``level``: int64 ``(n_chunks, 6)`` of grid-index ``lo0, hi0, lo1, hi1,
         lo2, hi2`` (grid of :meth:`level_stride`), in C order of the chunk grid."""
-        b = self.tile_bounds(level)
-        g = np.meshgrid(*[np.arange(len(x) - 1) for x in b], indexing="ij")
-        cols = []
-        for ax in range(3):
-            j = g[ax].ravel()
-            cols += [b[ax][j], b[ax][j + 1]]
-        return np.stack(cols, axis=1).astype(np.int64)
+        key = ("boxes", level)
+        if key not in self.cache:
+            b = self.tile_bounds(level)
+            g = np.meshgrid(*[np.arange(len(x) - 1) for x in b], indexing="ij")
+            cols = []
+            for ax in range(3):
+                j = g[ax].ravel()
+                cols += [b[ax][j], b[ax][j + 1]]
+            self.cache[key] = np.stack(cols, axis=1).astype(np.int64)
+        return self.cache[key]
 
     def chunks_touching(self, level: int, box: Box) -> np.ndarray:
         """Indices of the chunks of ``level`` that hold grid points inside ``box``."""

@@ -36,32 +36,65 @@ from .quantize import dequantize_into, quantize_into
 
 #: Points per parallel work item along the fastest axis.
 _BLOCK = 2048
+#: Passes with fewer points run on one thread (a parallel launch costs microseconds).
+_SERIAL_BELOW = 16384
+
+
+# Prediction rules, by the neighbours a point has along its axis (see the table above).
+_CUBIC, _QUAD_LEFT, _QUAD_RIGHT, _LINEAR, _EXTRAP_QUAD, _EXTRAP_LINEAR, _COPY = range(7)
 
 
 @njit(inline="always")
-def _predict(x, idx, i, n, s, st, cubic):
-    """Prediction of ``x[idx]``, at index ``i`` of an axis of length ``n``, stride ``s`` and
-    memory step ``st``."""
-    d1 = s * st
-    b = np.float64(x[idx - d1])
+def _rule(i, n, s, cubic):
+    """Rule for index ``i`` of an axis of length ``n`` at stride ``s``."""
     if i + s < n:
-        c = np.float64(x[idx + d1])
         if cubic:
-            d3 = 3 * d1
             left = i >= 3 * s
             right = i + 3 * s < n
             if left and right:
-                return (9.0 * (b + c) - np.float64(x[idx - d3]) - np.float64(x[idx + d3])) * 0.0625
+                return _CUBIC
             if right:
-                return (3.0 * b + 6.0 * c - np.float64(x[idx + d3])) * 0.125
+                return _QUAD_LEFT
             if left:
-                return (6.0 * b + 3.0 * c - np.float64(x[idx - d3])) * 0.125
-        return 0.5 * (b + c)
+                return _QUAD_RIGHT
+        return _LINEAR
     if cubic and i >= 5 * s:
-        return (15.0 * b - 10.0 * np.float64(x[idx - 3 * d1]) + 3.0 * np.float64(x[idx - 5 * d1])) * 0.125
+        return _EXTRAP_QUAD
     if i >= 3 * s:
-        return 1.5 * b - 0.5 * np.float64(x[idx - 3 * d1])
-    return b
+        return _EXTRAP_LINEAR
+    return _COPY
+
+
+@njit(inline="always")
+def _apply(x, idx, d1, rule):
+    """Prediction of ``x[idx]`` with neighbours ``d1`` apart in memory."""
+    if rule == _CUBIC:
+        return (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
+                - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
+    if rule == _LINEAR:
+        return 0.5 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
+    if rule == _QUAD_LEFT:
+        return (3.0 * np.float64(x[idx - d1]) + 6.0 * np.float64(x[idx + d1])
+                - np.float64(x[idx + 3 * d1])) * 0.125
+    if rule == _QUAD_RIGHT:
+        return (6.0 * np.float64(x[idx - d1]) + 3.0 * np.float64(x[idx + d1])
+                - np.float64(x[idx - 3 * d1])) * 0.125
+    if rule == _EXTRAP_QUAD:
+        return (15.0 * np.float64(x[idx - d1]) - 10.0 * np.float64(x[idx - 3 * d1])
+                + 3.0 * np.float64(x[idx - 5 * d1])) * 0.125
+    if rule == _EXTRAP_LINEAR:
+        return 1.5 * np.float64(x[idx - d1]) - 0.5 * np.float64(x[idx - 3 * d1])
+    return np.float64(x[idx - d1])
+
+
+@njit(inline="always")
+def _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width):
+    if mode == 0:
+        codes[idx] = quantize_into(x, idx, np.float64(orig[idx]), pred, eb, inv_bin, bin_width)
+    elif mode == 1:
+        dequantize_into(x, idx, codes[idx], pred, bin_width)
+    else:
+        x[idx] = pred
 
 
 @njit(inline="always")
@@ -79,91 +112,117 @@ def _count(first, step, hi):
     return (hi - 1 - first) // step + 1
 
 
-@njit(inline="always")
-def _layout(shape, starts, steps, lo, hi):
-    f0 = _first(starts[0], steps[0], lo[0])
-    f1 = _first(starts[1], steps[1], lo[1])
-    f2 = _first(starts[2], steps[2], lo[2])
-    c0 = _count(f0, steps[0], hi[0])
-    c1 = _count(f1, steps[1], hi[1])
-    c2 = _count(f2, steps[2], hi[2])
-    return f0, f1, f2, c0, c1, c2
-
-
 @njit(parallel=True, nogil=True, cache=True)
-def _sweep(mode, x, codes, orig, shape, axis, starts, steps, lo, hi, s, eb, cubic):
-    """One pass. mode 0: encode, 1: decode, 2: preview."""
+def _sweep(mode, x, codes, orig, shape, table, bounds, cubic):
+    """Run the passes of ``table`` in order. mode 0: encode, 1: decode, 2: preview.
+
+    ``table[p]`` = ``axis, stride, start0..2, step0..2, lo0..2, hi0..2`` of pass ``p``;
+    ``bounds[p]`` its error bound and ``cubic[p]`` its interpolation.
+    """
     n1, n2 = shape[1], shape[2]
-    mem = (n1 * n2, n2, 1)
-    f0, f1, f2, c0, c1, c2 = _layout(shape, starts, steps, lo, hi)
-    if c0 == 0 or c1 == 0 or c2 == 0:
-        return
-    nb = (c2 + _BLOCK - 1) // _BLOCK
-    n_axis = shape[axis]
-    st = mem[axis]
-    inv_bin = 0.5 / eb if eb > 0 else 0.0
-    bin_width = 2.0 * eb
-    for w in prange(c0 * c1 * nb):
-        blk = w % nb
-        r = w // nb
-        i0 = f0 + (r // c1) * steps[0]
-        i1 = f1 + (r % c1) * steps[1]
-        k0 = blk * _BLOCK
-        k1 = min(c2, k0 + _BLOCK)
-        row = i0 * mem[0] + i1 * n2
+    mem0 = n1 * n2
+    for p in range(table.shape[0]):
+        axis, s = table[p, 0], table[p, 1]
+        steps0, steps1, st2 = table[p, 5], table[p, 6], table[p, 7]
+        f0 = _first(table[p, 2], steps0, table[p, 8])
+        f1 = _first(table[p, 3], steps1, table[p, 9])
+        f2 = _first(table[p, 4], st2, table[p, 10])
+        c0 = _count(f0, steps0, table[p, 11])
+        c1 = _count(f1, steps1, table[p, 12])
+        c2 = _count(f2, st2, table[p, 13])
+        if c0 == 0 or c1 == 0 or c2 == 0:
+            continue
+        eb = bounds[p]
+        cub = cubic[p]
+        nb = (c2 + _BLOCK - 1) // _BLOCK
+        n_axis = shape[axis]
+        d1 = s * (mem0 if axis == 0 else (n2 if axis == 1 else 1))
+        inv_bin = 0.5 / eb if eb > 0 else 0.0
+        bin_width = 2.0 * eb
+        total = c0 * c1 * nb
+        if total * (c2 // nb + 1) < _SERIAL_BELOW:
+            for w in range(total):
+                _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+                          axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+        else:
+            for w in prange(total):
+                _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+                          axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+
+
+@njit(inline="always")
+def _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+              n_axis, d1, cub, eb, inv_bin, bin_width):
+    """Points ``k0 .. k1`` of row ``w // nb`` of a pass (work item ``w``)."""
+    blk = w % nb
+    r = w // nb
+    i0 = f0 + (r // c1) * steps0
+    i1 = f1 + (r % c1) * steps1
+    k0 = blk * _BLOCK
+    k1 = min(c2, k0 + _BLOCK)
+    row = i0 * mem0 + i1 * n2 + f2
+    if axis != 2:
+        # the rule is the same along the whole row
+        rule = _rule(i0 if axis == 0 else i1, n_axis, s, cub)
+        if rule == _CUBIC:
+            for k in range(k0, k1):
+                idx = row + k * st2
+                pred = (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
+                        - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
+                _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width)
+        else:
+            for k in range(k0, k1):
+                idx = row + k * st2
+                _point(mode, x, codes, orig, idx, _apply(x, idx, d1, rule), eb, inv_bin, bin_width)
+    else:
         for k in range(k0, k1):
-            i2 = f2 + k * steps[2]
-            idx = row + i2
-            if axis == 0:
-                i = i0
-            elif axis == 1:
-                i = i1
+            idx = row + k * st2
+            i = f2 + k * st2
+            if cub and i >= 3 * s and i + 3 * s < n_axis:
+                pred = (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
+                        - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
             else:
-                i = i2
-            pred = _predict(x, idx, i, n_axis, s, st, cubic)
-            if mode == 0:
-                codes[idx] = quantize_into(x, idx, np.float64(orig[idx]), pred, eb, inv_bin, bin_width)
-            elif mode == 1:
-                dequantize_into(x, idx, codes[idx], pred, bin_width)
-            else:
-                x[idx] = pred
+                pred = _apply(x, idx, d1, _rule(i, n_axis, s, cub))
+            _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width)
 
 
-def _args(part, p):
-    return (np.array(part.shape, np.int64), p.axis, np.array(p.starts, np.int64),
-            np.array(p.steps, np.int64), np.array(p.box.lo, np.int64), np.array(p.box.hi, np.int64),
-            p.stride)
+def pass_table(passes, bounds, cubic):
+    """Arrays for the pass runners: one row per pass, with its bound and interpolation.
+
+    Args:
+        passes: list of :class:`~strata.lossy.partition.Pass`.
+        bounds: error bound of each pass.
+        cubic: cubic (True) or linear (False) interpolation of each pass.
+    """
+    t = np.array([(p.axis, p.stride, *p.starts, *p.steps, *p.box.lo, *p.box.hi) for p in passes],
+                 dtype=np.int64).reshape(-1, 14)
+    return t, np.asarray(bounds, dtype=np.float64), np.asarray(cubic, dtype=np.bool_)
 
 
 _NO_CODES = np.empty(1, np.int32)
 
 
-def encode_pass(x, codes, orig, part, p, eb, cubic):
-    """Predict and quantize the points of pass ``p``.
+def encode_passes(x, codes, orig, shape, table):
+    """Predict and quantize the points of the passes of ``table`` (from :func:`pass_table`).
 
     Args:
         x: flat working array (float32/float64); reconstructed values are written into it.
         codes: flat int32 array receiving the quantization codes.
         orig: flat original values (same dtype as ``x``).
-        part: the :class:`~strata.lossy.partition.Partition`.
-        p: a :class:`~strata.lossy.partition.Pass` of ``part``.
-        eb: absolute error bound of the pass's step.
-        cubic: cubic (True) or linear (False) interpolation.
+        shape: internal 3D shape, int64 array.
+        table: ``(rows, bounds, cubic)`` from :func:`pass_table`.
     """
-    shape, axis, starts, steps, lo, hi, s = _args(part, p)
-    _sweep(0, x, codes, orig, shape, axis, starts, steps, lo, hi, s, eb, cubic)
+    _sweep(0, x, codes, orig, shape, *table)
 
 
-def decode_pass(x, codes, part, p, eb, cubic):
-    """Reconstruct the points of pass ``p`` from their codes (see :func:`encode_pass`)."""
-    shape, axis, starts, steps, lo, hi, s = _args(part, p)
-    _sweep(1, x, codes, x, shape, axis, starts, steps, lo, hi, s, eb, cubic)
+def decode_passes(x, codes, shape, table):
+    """Reconstruct the points of the passes from their codes (see :func:`encode_passes`)."""
+    _sweep(1, x, codes, x, shape, *table)
 
 
-def preview_pass(x, part, p, cubic):
-    """Fill the points of pass ``p`` with their prediction (no residual)."""
-    shape, axis, starts, steps, lo, hi, s = _args(part, p)
-    _sweep(2, x, _NO_CODES, x, shape, axis, starts, steps, lo, hi, s, 0.0, cubic)
+def preview_passes(x, shape, table):
+    """Fill the points of the passes with their prediction (no residual)."""
+    _sweep(2, x, _NO_CODES, x, shape, *table)
 
 
 @njit(nogil=True, cache=True)

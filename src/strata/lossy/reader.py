@@ -20,7 +20,7 @@ from . import chunks, nonfinite
 from .codec import level_geometry
 from .header import LossyHeader
 from .partition import Box, as_3d_shape, grid_shape
-from .predict import decode_origin, decode_pass, preview_pass
+from .predict import decode_origin, decode_passes, pass_table, preview_passes
 
 _CHUNK_ERRORS = {1: "bad chunk lengths", 2: "invalid symbol", 3: "entropy-coded bytes not consumed exactly",
                  4: "raw bits or stored values not consumed exactly"}
@@ -48,8 +48,8 @@ class LevelInfo:
 
 
 class _LevelTables:
-    def __init__(self, cmap, freq, cum, lut, offsets, crcs):
-        self.cmap, self.freq, self.cum, self.lut = cmap, freq, cum, lut
+    def __init__(self, cmap, dtab, offsets, crcs):
+        self.cmap, self.dtab = cmap, dtab
         self.offsets, self.crcs = offsets, crcs
 
 
@@ -220,48 +220,52 @@ class LossyReader:
         """Per step the passes to run, per level the chunks to decode."""
         part = self._part
         last_step = len(part.steps) - 1 if full_resolution else part.base_steps + level - 1
-        step_passes: dict[int, list] = {}
+        step_passes = part.plan_passes(box, last_step, part.base_steps)
         level_chunks: dict[int, np.ndarray] = {}
-        need_vals, need_codes = box, None
-        for i in range(last_step, part.base_steps - 1, -1):
-            lv = i - part.base_steps + 1
-            passes, coarse = part.passes(part.steps[i], need_vals)
-            step_passes[i] = passes
-            if lv <= level:
-                if need_vals is None:
-                    level_chunks[lv] = np.arange(part.chunk_boxes(lv).shape[0])
-                else:
-                    cbox = passes[0].box if passes else need_vals
-                    if need_codes is not None:
-                        cbox = cbox.hull(need_codes)
-                    ids = part.chunks_touching(lv, cbox)
-                    level_chunks[lv] = ids
-                    hull = part.chunk_hull(lv, ids)
-                    need_codes = hull if need_codes is None or hull is None else hull.hull(need_codes)
-            need_vals = coarse
+        need_codes = None
+        for lv in range(level, 0, -1):
+            if box is None:
+                level_chunks[lv] = np.arange(part.chunk_boxes(lv).shape[0])
+                continue
+            passes = step_passes[part.base_steps + lv - 1]
+            cbox = passes[0].box
+            if need_codes is not None:
+                cbox = cbox.hull(need_codes)
+            ids = part.chunks_touching(lv, cbox)
+            level_chunks[lv] = ids
+            hull = part.chunk_hull(lv, ids)
+            need_codes = hull if need_codes is None or hull is None else hull.hull(need_codes)
         return step_passes, level_chunks
 
     def _decode(self, x, codes, level, box, full_resolution):
         part, h = self._part, self.header
         step_passes, level_chunks = self._plan(level, box, full_resolution)
         # base grid: one chunk, every step
+        shape = np.array(part.shape, np.int64)
         self._decode_chunks(0, np.zeros(1, np.int64), x, codes)
         decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb)
-        for i in range(part.base_steps):
-            passes, _ = part.passes(part.steps[i])
-            for p in passes:
-                decode_pass(x, codes, part, p, self._bounds[i], h.cubic(i))
+        decode_passes(x, codes, shape, self._base_table())
         for i in range(part.base_steps, len(part.steps)):
             if i not in step_passes:
                 break
             lv = i - part.base_steps + 1
+            passes = step_passes[i]
+            table = pass_table(passes, [self._bounds[i]] * len(passes), [h.cubic(i)] * len(passes))
             if lv <= level:
                 self._decode_chunks(lv, level_chunks[lv], x, codes)
-                for p in step_passes[i]:
-                    decode_pass(x, codes, part, p, self._bounds[i], h.cubic(i))
+                decode_passes(x, codes, shape, table)
             else:
-                for p in step_passes[i]:
-                    preview_pass(x, part, p, h.cubic(i))
+                preview_passes(x, shape, table)
+
+    def _base_table(self):
+        part, h = self._part, self.header
+        rows, eb, cubic = [], [], []
+        for i in range(part.base_steps):
+            passes, _ = part.passes(part.steps[i])
+            rows += passes
+            eb += [self._bounds[i]] * len(passes)
+            cubic += [h.cubic(i)] * len(passes)
+        return pass_table(rows, eb, cubic)
 
     def _level_tables(self, lv: int) -> _LevelTables:
         if lv in self._tables:
@@ -279,6 +283,8 @@ class LossyReader:
         n_tables = int(cmap.max()) + 1
         counts = tables.deserialize(r.blob(len(head)), n_tables, ALPHABET)
         freq = tables.normalize(counts)
+        if freq.min(initial=0) < 0:
+            raise CorruptStreamError(f"level {lv}: invalid frequency table")
         n_chunks = r.varint(len(head))
         if n_chunks != self._part.chunk_boxes(lv).shape[0]:
             raise CorruptStreamError(f"level {lv}: {n_chunks} chunks listed, the shape has "
@@ -290,7 +296,7 @@ class LossyReader:
         np.cumsum(lens, out=offsets[1:])
         if offsets[-1] != entry.payload_len:
             raise CorruptStreamError(f"level {lv}: chunk lengths do not add up to the payload")
-        t = _LevelTables(cmap, freq, tables.cumulative(freq), tables.decode_lut(freq), offsets, crcs)
+        t = _LevelTables(cmap, tables.decode_table(freq)[cmap], offsets, crcs)
         self._tables[lv] = t
         return t
 
@@ -322,7 +328,7 @@ class LossyReader:
         shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv)
         errors = np.zeros(len(ids), np.int64)
         chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
-                      base_flag, boxes, t.cmap, t.freq, t.cum, t.lut, errors)
+                      base_flag, boxes, t.dtab, errors)
         bad = np.nonzero(errors)[0]
         if len(bad):
             j = int(bad[0])

@@ -1,7 +1,179 @@
-"""Choice of predictor settings (placeholder: defaults)."""
+"""Choice of predictor settings by trial on samples of the data.
+
+Like SZ3's tuner for its interpolation compressor (Liang et al., "SZ3", IEEE TBD 2022,
+Sec. V; Zhao et al., ICDE'21, Sec. V-C), each candidate setting is tried on a sample and
+the one with the smallest estimated size wins. The candidates are cubic or linear
+interpolation and, for each short axis, refining that axis first (a *flat* axis, for stacks
+of unlike 2D fields such as pressure levels).
+
+The sample is a few small boxes spread over the array, but the trial runs the real,
+closed-loop passes of the *whole* hierarchy restricted to what those boxes need -- the same
+plan a region decode follows -- so every sampled code is the code full compression would
+produce. Small blocks compressed on their own would over-weight their own coarse levels.
+The estimate is, per step, the order-0 entropy of the sampled codes scaled to the step's
+size, plus the unpredictable values' bits.
+"""
 from __future__ import annotations
 
+import math
 
-def choose(a, eb):
+import numpy as np
+from numba import njit
+
+from .partition import Box, Partition, as_3d_shape
+from .predict import _first, encode_origin, encode_passes, pass_table
+from .quantize import RADIUS, UNPREDICTABLE
+
+#: Sampled fraction of the values (at least one box, at most ``MAX_BOXES``).
+SAMPLE_FRACTION = 0.01
+MAX_BOXES = 16
+#: Box edge by number of axes longer than 1.
+EDGE = {0: 1, 1: 4096, 2: 48, 3: 12}
+#: Arrays this small are tried whole.
+WHOLE_BELOW = 1 << 15
+#: Axes this short or shorter are candidates for flat refinement...
+FLAT_MAX = 64
+#: ... when the data vary this many times more across them than along the others.
+ROUGH_RATIO = 4.0
+_CLIP = 1023
+
+
+def candidates(a3: np.ndarray) -> list:
+    """Settings tried for the 3D view ``a3`` of an array.
+
+    An axis is a flat candidate when it is short and the data vary across it far more than
+    along the other axes (mean absolute difference of neighbours, ``ROUGH_RATIO`` times).
+    """
     from .codec import Settings
-    return Settings()
+
+    flats = [(False, False, False)]
+    rough = roughness(a3)
+    for d, n in enumerate(a3.shape):
+        others = [rough[e] for e in range(3) if e != d and a3.shape[e] > 1]
+        if 2 <= n <= FLAT_MAX and others and rough[d] > ROUGH_RATIO * max(others):
+            flats.append(tuple(a == d for a in range(3)))
+    return [Settings(flat=f, cubic=c) for f in flats for c in (True, False)]
+
+
+def roughness(a3: np.ndarray) -> list[float]:
+    """Mean absolute difference of neighbours along each axis, on a subsample."""
+    out = []
+    for d in range(3):
+        if a3.shape[d] < 2:
+            out.append(0.0)
+            continue
+        # every point along d, a sparse grid across
+        k = max(1, round((a3.size / a3.shape[d] / 4096) ** 0.5))
+        sl = tuple(slice(None) if e == d else slice(None, None, k) for e in range(3))
+        v = a3[sl].astype(np.float64)
+        out.append(float(np.mean(np.abs(np.diff(v, axis=d)))))
+    return out
+
+
+def sample_boxes(shape3) -> list[Box] | None:
+    """Boxes spread evenly over the array (None: try the whole array)."""
+    size = math.prod(shape3)
+    if size <= WHOLE_BELOW:
+        return None
+    nd = sum(n > 1 for n in shape3)
+    edge = [min(n, EDGE[nd]) for n in shape3]
+    want = min(MAX_BOXES, max(1, round(SAMPLE_FRACTION * size / math.prod(edge))))
+    counts = [1, 1, 1]
+    while math.prod(counts) < want:
+        room = [shape3[d] // edge[d] / counts[d] for d in range(3)]
+        d = int(np.argmax(room))
+        if room[d] < 2:
+            break
+        counts[d] += 1
+    axes = [[(shape3[d] - edge[d]) * (2 * i + 1) // (2 * counts[d]) for i in range(counts[d])] for d in range(3)]
+    return [Box((a, b, c), (a + edge[0], b + edge[1], c + edge[2]))
+            for a in axes[0] for b in axes[1] for c in axes[2]]
+
+
+def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None) -> float:
+    """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``).
+
+    ``plans`` (from :func:`plan`) may be shared by settings that differ only in
+    interpolation order."""
+    from .header import LossyHeader
+
+    part, plans = plans or plan(shape3, settings, boxes)
+    h = LossyHeader(shape3, flat.dtype, 0, eb, eb, settings.order, settings.flat, settings.alpha8,
+                    settings.beta8, (1 << len(part.steps)) - 1 if settings.cubic else 0)
+    bounds = h.step_bounds(part.steps)
+    n_steps = len(part.steps)
+    if n_steps == 0:
+        return 0.0
+    x = np.empty_like(flat)
+    codes = np.empty(flat.size, np.int32)
+    encode_origin(x, codes, flat, bounds[0])
+    shape = np.array(shape3, np.int64)
+    # all boxes step by step: a step's passes read only coarser steps
+    rows, eb_rows, step_of = [], [], []
+    for i in range(n_steps):
+        for plan in plans:
+            rows += plan[i]
+            eb_rows += [bounds[i]] * len(plan[i])
+            step_of += [i] * len(plan[i])
+    table = pass_table(rows, eb_rows, [settings.cubic] * len(rows))
+    encode_passes(x, codes, flat, shape, table)
+    hist = np.zeros((n_steps, _CLIP + 2), np.int64)
+    _histogram(codes, shape, table[0], np.array(step_of, np.int64), hist)
+    unpred = hist[:, _CLIP + 1].astype(np.float64)
+    hist = hist[:, :_CLIP + 1].astype(np.float64)
+    bits = 0.0
+    for i, st in enumerate(part.steps):
+        n = hist[i].sum()
+        if n == 0:
+            continue
+        level_points = part.points(st.fine) - part.points(st.coarse)
+        cnt = hist[i][hist[i] > 0]
+        h_bits = float((cnt * np.log2(n / cnt)).sum()) + unpred[i] * flat.dtype.itemsize * 8
+        bits += h_bits * level_points / n
+    return bits
+
+
+@njit(nogil=True, cache=True)
+def _histogram(codes, shape, table, step_of, hist):
+    """Add the codes of each pass of ``table`` to ``hist[step_of[p]]``: ``|q|`` clipped to
+    ``_CLIP``, unpredictable values in the last column."""
+    n1, n2 = shape[1], shape[2]
+    for p in range(table.shape[0]):
+        i = step_of[p]
+        for i0 in range(_first(table[p, 2], table[p, 5], table[p, 8]), table[p, 11], table[p, 5]):
+            for i1 in range(_first(table[p, 3], table[p, 6], table[p, 9]), table[p, 12], table[p, 6]):
+                row = (i0 * n1 + i1) * n2
+                for i2 in range(_first(table[p, 4], table[p, 7], table[p, 10]), table[p, 13], table[p, 7]):
+                    c = codes[row + i2]
+                    if c == UNPREDICTABLE:
+                        hist[i, _CLIP + 1] += 1
+                    else:
+                        hist[i, min(abs(c - RADIUS), _CLIP)] += 1
+
+
+def plan(shape3, settings, boxes):
+    """Partition and per-box pass plans of a candidate."""
+    part = Partition(tuple(shape3), settings.order, settings.flat)
+    return part, [part.plan_passes(box, len(part.steps) - 1) for box in (boxes or [None])]
+
+
+def choose(a: np.ndarray, eb: float):
+    """Settings for compressing ``a`` (float array) with absolute bound ``eb``."""
+    from .codec import Settings
+
+    shape3 = as_3d_shape(a.shape)
+    cands = candidates(a.reshape(shape3))
+    if eb == 0 or len(cands) == 1:
+        return Settings()
+    flat = np.ascontiguousarray(a).reshape(-1)
+    boxes = sample_boxes(shape3)
+    best, best_bits = None, None
+    plans = {}
+    for c in cands:
+        key = (c.order, c.flat)
+        if key not in plans:
+            plans[key] = plan(shape3, c, boxes)
+        bits = estimate_bits(flat, shape3, eb, c, boxes, plans[key])
+        if best_bits is None or bits < best_bits:
+            best, best_bits = c, bits
+    return best

@@ -23,7 +23,7 @@ import struct
 import tempfile
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO
 
 from .errors import CorruptStreamError, FormatError, ResourceLimitError, TruncatedStreamError
 
@@ -36,7 +36,7 @@ _PREAMBLE = struct.Struct("<4sBBI")
 #: Largest header strata accepts (a header holds sizes, not data).
 MAX_HEADER = 1 << 24
 
-SourceLike = Union[bytes, bytearray, memoryview, str, os.PathLike, BinaryIO]
+SourceLike = bytes | bytearray | memoryview | str | os.PathLike | BinaryIO
 
 
 def crc32(data) -> int:

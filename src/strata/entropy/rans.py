@@ -16,7 +16,6 @@ State lives in int64 variables holding values below ``2**32``.
 """
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from .tables import SCALE_BITS

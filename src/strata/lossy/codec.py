@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..container import KIND_LOSSY, Writer, crc32, pack
-from ..errors import InvalidInputError, UnsupportedDtypeError
 from ..entropy import tables
+from ..errors import InvalidInputError, UnsupportedDtypeError
 from . import chunks, nonfinite
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
 from .partition import Partition, as_3d_shape
@@ -60,7 +60,8 @@ def validate_array(array) -> np.ndarray:
         raise UnsupportedDtypeError(f"strata.lossy compresses float32 and float64 arrays, not {a.dtype}")
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
-    return np.ascontiguousarray(a)
+    # (np.ascontiguousarray would turn a 0-d array into 1-d)
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def absolute_bound(a: np.ndarray, abs_error, rel_error) -> tuple[int, float, float]:
@@ -90,7 +91,8 @@ def absolute_bound(a: np.ndarray, abs_error, rel_error) -> tuple[int, float, flo
     return mode, value, eb
 
 
-def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None = None) -> bytes:
+def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None = None,
+             progress=None) -> bytes:
     """Compress ``array`` with a point-wise error bound.
 
     Args:
@@ -100,6 +102,8 @@ def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None
         rel_error: value-range-relative bound: the absolute bound is
             ``rel_error * (max(x) - min(x))`` over finite values.
         settings: predictor settings; chosen by sampling the data when omitted.
+        progress: optional callable ``progress(done, total)`` called after each stage
+            (tuning, prediction, each level's coding).
 
     Returns:
         The compressed stream (bytes), self-describing.
@@ -118,6 +122,7 @@ def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None
     header = LossyHeader(a.shape, a.dtype, mode, value, eb)
     if a.size == 0:
         return pack(KIND_LOSSY, header.to_bytes(), [])
+    report = progress or (lambda done, total: None)
     flat_in = a.reshape(-1)
     nf_section, orig = nonfinite.split(flat_in)
     if settings is None:
@@ -125,8 +130,11 @@ def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None
     header.order, header.flat = settings.order, settings.flat
     header.alpha8, header.beta8 = settings.alpha8, settings.beta8
     part = Partition(as_3d_shape(a.shape), settings.order, settings.flat)
+    stages = part.num_levels + 2
+    report(1, stages)
     header.cubic_mask = (1 << len(part.steps)) - 1 if settings.cubic else 0
     codes = predict_all(orig, part, header)
+    report(2, stages)
     sections = []
     if nf_section:
         sections.append(nf_section)
@@ -135,6 +143,7 @@ def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None
         head, payload = encode_level(part, level, codes, orig)
         header.levels.append(LevelEntry(len(head), len(payload)))
         sections += [head, payload]
+        report(3 + level, stages)
     return pack(KIND_LOSSY, header.to_bytes(), sections)
 
 

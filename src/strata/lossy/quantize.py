@@ -4,9 +4,9 @@ The residual ``d = value - prediction`` is mapped to the integer quantization bi
 ``q = rint(d / (2 * eb))``; the reconstruction is ``prediction + 2 * eb * q`` rounded to the
 data dtype. A value is *unpredictable* when ``|q|`` reaches the quantizer radius or when the
 reconstruction, after rounding to the data dtype, is farther than ``eb`` from the value
-(this happens near the float resolution). Unpredictable values are stored exactly, so every
-decoded value is within ``eb`` -- the bound is checked on the rounded value, in float64, the
-same way a user checks it.
+(this happens near the float resolution), or, with ``eb = 0``, when the signs of zero differ.
+Unpredictable values are stored exactly, so every decoded value is within ``eb`` -- the bound
+is checked on the rounded value, in float64, the same way a user checks it.
 
 Method: SZ3's ``LinearQuantizer`` (Liang et al., "SZ3: A Modular Framework for Composing
 Prediction-Based Error-Bounded Lossy Compressors", IEEE TBD 2022, Sec. IV-B), with bin width
@@ -38,7 +38,9 @@ def quantize_into(x, idx, value, pred, eb, inv_bin, bin_width):
     q = np.rint((value - pred) * inv_bin)
     if abs(q) < RADIUS:
         x[idx] = pred + q * bin_width
-        if abs(np.float64(x[idx]) - value) <= eb:
+        r = np.float64(x[idx])
+        # a zero bound is bit-exact: -0.0 is not +0.0
+        if abs(r - value) <= eb and (eb > 0 or np.signbit(r) == np.signbit(value)):
             return np.int32(q) + RADIUS
     x[idx] = value
     return UNPREDICTABLE
@@ -69,6 +71,8 @@ def quantize_reference(values: np.ndarray, preds: np.ndarray, eb: float):
     q = np.where(ok, q, 0.0)
     recon = (preds + q * (2.0 * eb)).astype(values.dtype)
     ok &= np.abs(recon.astype(np.float64) - v64) <= eb
+    if eb == 0:
+        ok &= np.signbit(recon) == np.signbit(values)
     codes = np.where(ok, q.astype(np.int64) + RADIUS, UNPREDICTABLE)
     recon = np.where(ok, recon, values)
     return codes, recon

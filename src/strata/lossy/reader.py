@@ -37,6 +37,8 @@ class LevelInfo:
         error_bound: absolute bound met by every value of that grid (finite values).
         compressed_bytes: bytes of this level's section.
         points: number of points this level adds.
+        offset: byte offset of this level's section in the stream (sections are laid out
+            coarse to fine, so levels ``0..k`` occupy ``[0, offset + compressed_bytes)``).
     """
 
     index: int
@@ -45,6 +47,7 @@ class LevelInfo:
     error_bound: float
     compressed_bytes: int
     points: int
+    offset: int
 
 
 class _LevelTables:
@@ -118,8 +121,18 @@ class LossyReader:
                 stride, shape = stride[3 - nd:], shape[3 - nd:]
             lv = self.header.levels[k]
             out.append(LevelInfo(k, tuple(shape), tuple(stride), worst,
-                                 lv.head_len + lv.payload_len, part.level_points(k)))
+                                 lv.head_len + lv.payload_len, part.level_points(k), self._level_offsets[k]))
         return out
+
+    def settings_text(self) -> str:
+        """The predictor settings in words (for ``strata info``)."""
+        h = self.header
+        flat = [a for a in range(3) if h.flat[a]]
+        kinds = {bool(h.cubic_mask & (1 << i)) for i in range(len(self._part.steps))} if self._part else set()
+        interp = "cubic" if kinds == {True} else "linear" if kinds == {False} else "mixed"
+        return (f"{interp} interpolation, pass order {h.order}"
+                + (f", flat axes {flat} (internal 3D view)" if flat else "")
+                + f", level-wise bound factors alpha={h.alpha8 / 8:g} beta={h.beta8 / 8:g}")
 
     def close(self) -> None:
         self._src.close()

@@ -111,10 +111,10 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     # all boxes step by step: a step's passes read only coarser steps
     rows, eb_rows, step_of = [], [], []
     for i in range(n_steps):
-        for plan in plans:
-            rows += plan[i]
-            eb_rows += [bounds[i]] * len(plan[i])
-            step_of += [i] * len(plan[i])
+        for box_plan in plans:
+            rows += box_plan[i]
+            eb_rows += [bounds[i]] * len(box_plan[i])
+            step_of += [i] * len(box_plan[i])
     table = pass_table(rows, eb_rows, [settings.cubic] * len(rows))
     encode_passes(x, codes, flat, shape, table)
     hist = np.zeros((n_steps, _CLIP + 2), np.int64)

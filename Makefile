@@ -1,0 +1,26 @@
+# Two set-up commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,demo,io,bench]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) demo/demo.py
+
+test: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks demo
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/lossy_vs_anchors.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache demo/out

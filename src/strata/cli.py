@@ -1,0 +1,192 @@
+"""The ``strata`` command line.
+
+    strata compress INPUT [-o OUT] (--abs E | --rel E) [--shape AxBxC] [--var NAME]
+    strata decompress INPUT [-o OUT.npy|OUT.f32|OUT.f64] [--level K] [--region SPEC]
+    strata info INPUT
+    strata extract INPUT -o OUT [--level K [--grid]] [--region SPEC]
+
+Inputs: raw ``NAME_D0xD1xD2.f32/.f64`` (SDRBench naming; or ``--shape``), ``.npy``, or a
+variable of a NetCDF/HDF5 file (``--var``). Outputs are written atomically. A region is
+written like numpy indexing without brackets: ``"10:20,:,5"``.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import StrataError
+
+#: Inputs at least this large get a progress bar.
+PROGRESS_BYTES = 64 << 20
+
+
+def parse_region(text: str | None):
+    """``"10:20,:,5"`` -> ``(slice(10, 20), slice(None), 5)``."""
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if ":" in part:
+            bits = [int(b) if b.strip() else None for b in part.split(":")]
+            if len(bits) > 3:
+                raise click.BadParameter(f"bad slice {part!r}", param_hint="--region")
+            out.append(slice(*bits))
+        else:
+            try:
+                out.append(int(part))
+            except ValueError as exc:
+                raise click.BadParameter(f"bad index {part!r}", param_hint="--region") from exc
+    return tuple(out)
+
+
+class _Bar:
+    """A tqdm bar driven by ``(done, total)`` callbacks; silent for small inputs."""
+
+    def __init__(self, nbytes: int, desc: str):
+        self.bar = None
+        if nbytes >= PROGRESS_BYTES:
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc=desc, unit="stage", leave=False, file=sys.stderr)
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.n = done
+            self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _fail(exc: Exception):
+    raise click.ClickException(f"{type(exc).__name__}: {exc}")
+
+
+@click.group()
+@click.version_option(__version__, prog_name="strata")
+def main():
+    """strata: error-bounded lossy compression of scientific arrays with progressive and
+    random-access decompression."""
+
+
+@main.command()
+@click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="output stream (default: INPUT.strata)")
+@click.option("--abs", "abs_error", type=float, help="absolute error bound")
+@click.option("--rel", "rel_error", type=float, help="value-range-relative error bound")
+@click.option("--shape", help="shape of a raw input, e.g. 100x500x500 (default: from the file name)")
+@click.option("--var", help="variable (NetCDF) or dataset (HDF5) to read")
+def compress(input, output, abs_error, rel_error, shape, var):
+    """Compress INPUT with a point-wise error bound."""
+    from .container import atomic_write
+    from .inputs import parse_shape, read_array
+    from .lossy import compress as lossy_compress
+
+    try:
+        a = read_array(input, parse_shape(shape) if shape else None, var)
+        bar = _Bar(a.nbytes, "compress")
+        t = time.perf_counter()
+        try:
+            blob = lossy_compress(a, abs_error=abs_error, rel_error=rel_error, progress=bar)
+        finally:
+            bar.close()
+        t = time.perf_counter() - t
+        output = output or input.with_name(input.name + ".strata")
+        atomic_write(output, blob)
+    except StrataError as exc:
+        _fail(exc)
+    click.echo(f"{input.name}: {a.shape} {a.dtype} -> {output} ({len(blob)} bytes, ratio "
+               f"{a.nbytes / len(blob):.2f}, {8 * len(blob) / max(a.size, 1):.3f} bits/value, "
+               f"{a.nbytes / 1e6 / t:.0f} MB/s)")
+
+
+def _read(input, level, region, grid=False):
+    from .lossy import LossyReader
+
+    with LossyReader(input) as r:
+        n = r.header.size * r.dtype.itemsize
+        bar = _Bar(n, "decompress")
+        try:
+            return r.read(level=level, region=region, full_resolution=not grid)
+        finally:
+            bar.close()
+
+
+@main.command()
+@click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="output .npy, .f32 or .f64 (default: INPUT without .strata, as .npy)")
+@click.option("--level", type=int, help="decode levels 0..LEVEL only (a full-resolution preview)")
+@click.option("--region", help='decode only this box, e.g. "10:20,:,5"')
+def decompress(input, output, level, region):
+    """Decompress INPUT (all of it, a preview from a level, or a region)."""
+    from .inputs import write_array
+
+    try:
+        a = _read(input, level, parse_region(region))
+        if output is None:
+            stem = input.name[:-len(".strata")] if input.name.endswith(".strata") else input.name
+            output = input.with_name(Path(stem).stem + ".npy")
+        write_array(output, a)
+    except StrataError as exc:
+        _fail(exc)
+    click.echo(f"{input.name} -> {output}: {a.shape} {a.dtype}")
+
+
+@main.command()
+@click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="output .npy, .f32 or .f64")
+@click.option("--level", type=int, help="decode levels 0..LEVEL only")
+@click.option("--grid", is_flag=True, help="write the level's grid itself, not a full-resolution preview")
+@click.option("--region", help='decode only this box, e.g. "10:20,:,5"')
+def extract(input, output, level, grid, region):
+    """Extract a level (its grid or a preview) or a box from INPUT."""
+    from .inputs import write_array
+
+    if grid and level is None:
+        raise click.BadParameter("--grid needs --level", param_hint="--grid")
+    try:
+        a = _read(input, level, parse_region(region), grid)
+        write_array(output, a)
+    except StrataError as exc:
+        _fail(exc)
+    click.echo(f"{input.name} -> {output}: {a.shape} {a.dtype}")
+
+
+@main.command()
+@click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def info(input):
+    """Describe the stream INPUT: shape, dtype, bound, levels."""
+    from .lossy import LossyReader
+
+    try:
+        with LossyReader(input) as r:
+            h = r.header
+            size = input.stat().st_size
+            nbytes = h.size * r.dtype.itemsize
+            mode = "absolute" if h.bound_mode == 0 else f"value-range-relative {h.bound_value:g} ->"
+            click.echo(f"{input.name}: strata lossy stream, {size} bytes")
+            click.echo(f"  shape {h.shape}  dtype {r.dtype}  error bound {mode} {h.eb:.6g}")
+            if nbytes:
+                click.echo(f"  ratio {nbytes / size:.2f}  bit rate {8 * size / h.size:.3f} bits/value")
+            s = r.settings_text()
+            click.echo(f"  predictor {s}")
+            click.echo("  level  shape                 stride        error bound   bytes       points")
+            for lv in r.levels:
+                click.echo(f"  {lv.index:5d}  {str(lv.shape):20s}  {str(lv.stride):12s}  {lv.error_bound:11.4g}"
+                           f"  {lv.compressed_bytes:10d}  {lv.points:10d}")
+    except StrataError as exc:
+        _fail(exc)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

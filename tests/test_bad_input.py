@@ -1,0 +1,153 @@
+"""Bad input gets a clear strata.errors exception, before any damage."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+import strata
+from strata.container import atomic_write
+from strata.errors import (
+    CorruptStreamError,
+    FormatError,
+    InvalidInputError,
+    ResourceLimitError,
+    StrataError,
+    TruncatedStreamError,
+    UnsupportedDtypeError,
+)
+from strata.lossy.header import LossyHeader
+
+
+@pytest.fixture(scope="module")
+def blob():
+    rng = np.random.default_rng(0)
+    a = np.cumsum(rng.standard_normal((20, 40, 50)), axis=2).astype(np.float32)
+    return strata.compress(a, rel_error=1e-3)
+
+
+def test_truncated_streams_raise(blob):
+    for n in [0, 3, 11, 12, 20, len(blob) // 2, len(blob) - 1]:
+        with pytest.raises((TruncatedStreamError, CorruptStreamError)):
+            strata.decompress(blob[:n])
+
+
+def test_every_flipped_byte_is_detected(blob):
+    rng = np.random.default_rng(1)
+    positions = sorted(set(rng.integers(0, len(blob), 150).tolist()) | {0, 5, 8, 12, len(blob) - 1})
+    for pos in positions:
+        bad = bytearray(blob)
+        bad[pos] ^= 0x20
+        with pytest.raises(FormatError):
+            strata.decompress(bytes(bad))
+
+
+def test_region_and_level_reads_check_their_bytes(blob):
+    r = strata.open(blob)
+    last = r.levels[-1]
+    bad = bytearray(blob)
+    bad[last.offset + last.compressed_bytes - 3] ^= 1
+    r = strata.open(bytes(bad))
+    r.read(level=len(r.levels) - 2)  # the damaged level is not read
+    with pytest.raises(CorruptStreamError):
+        r.read()
+
+
+def test_not_a_stream():
+    with pytest.raises(FormatError, match="magic"):
+        strata.decompress(b"PK\x03\x04" + b"\0" * 40)
+
+
+def test_unsupported_version(blob):
+    bad = bytearray(blob)
+    bad[4] = 99
+    with pytest.raises(FormatError, match="version"):
+        strata.decompress(bytes(bad))
+
+
+def _with_header(blob, mutate):
+    """Re-pack a stream after changing its header (valid checksum, absurd content)."""
+    from strata.container import Source, pack, unpack_header
+
+    raw, off = unpack_header(Source(blob), 1)
+    h = LossyHeader.from_bytes(raw, len(blob))
+    mutate(h)
+    return pack(1, h.to_bytes(), [blob[off:]])
+
+
+def test_absurd_shape_is_refused_before_allocating(blob):
+    def huge(h):
+        h.shape = (1 << 30, 1 << 30, 1 << 20)
+    with pytest.raises(ResourceLimitError):
+        strata.decompress(_with_header(blob, huge))
+
+
+def test_inconsistent_header_is_refused(blob):
+    def wrong(h):
+        h.shape = (20, 40, 51)
+    with pytest.raises(CorruptStreamError):
+        strata.decompress(_with_header(blob, wrong))
+
+    def long_level(h):
+        h.levels[-1].payload_len += 10**9
+    with pytest.raises((TruncatedStreamError, CorruptStreamError)):
+        strata.decompress(_with_header(blob, long_level))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"abs_error": 1, "rel_error": 1}, {"abs_error": -1},
+                                    {"abs_error": float("nan")}, {"rel_error": float("inf")},
+                                    {"abs_error": "x"}])
+def test_bad_bounds(kwargs):
+    with pytest.raises(InvalidInputError):
+        strata.compress(np.zeros(10, np.float32), **kwargs)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float16, np.complex64, bool, object])
+def test_unsupported_dtypes(dtype):
+    with pytest.raises(UnsupportedDtypeError):
+        strata.compress(np.zeros(10, dtype=dtype), abs_error=0.1)
+
+
+def test_bad_read_arguments(blob):
+    r = strata.open(blob)
+    for level in (-1, len(r.levels), 1.5, "0"):
+        with pytest.raises(InvalidInputError):
+            r.read(level=level)
+    for region in [(slice(0, 2),) * 4, ("a",), (100,), (0, 0, -51)]:
+        with pytest.raises(InvalidInputError):
+            r.read(region=region)
+    with pytest.raises(InvalidInputError):
+        r.read(level=0, region=(slice(0, 2),), full_resolution=False)
+
+
+def test_errors_are_strata_errors():
+    for exc in (FormatError, TruncatedStreamError, CorruptStreamError, ResourceLimitError, InvalidInputError,
+                UnsupportedDtypeError):
+        assert issubclass(exc, StrataError)
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path):
+    p = tmp_path / "out.strata"
+    p.write_bytes(b"old contents")
+
+    class Boom:
+        def __buffer__(self, flags):
+            raise RuntimeError("disk full")
+
+    with pytest.raises((RuntimeError, TypeError)):
+        atomic_write(p, Boom())
+    assert p.read_bytes() == b"old contents"
+    assert [q.name for q in tmp_path.iterdir()] == ["out.strata"]
+    atomic_write(p, b"new")
+    assert p.read_bytes() == b"new"
+
+
+def test_checksum_field_layout(blob):
+    # magic, version, kind, header length; the header checksum covers all of it
+    import zlib
+
+    assert blob[:4] == b"STRA"
+    (hlen,) = struct.unpack_from("<I", blob, 6)
+    (crc,) = struct.unpack_from("<I", blob, 10 + hlen)
+    assert zlib.crc32(blob[:10 + hlen]) & 0xFFFFFFFF == crc

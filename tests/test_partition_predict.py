@@ -1,0 +1,114 @@
+"""Level partition and predictor: every point belongs to exactly one pass and one chunk;
+the compiled quantizer matches its reference."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from strata.lossy import chunks
+from strata.lossy.codec import level_geometry
+from strata.lossy.partition import Box, Partition, as_3d_shape, grid_shape
+from strata.lossy.predict import encode_origin, encode_passes, pass_table
+from strata.lossy.quantize import RADIUS, UNPREDICTABLE, quantize_reference
+
+SHAPES = [(1, 1, 1), (1, 1, 7), (1, 5, 9), (3, 17, 2), (33, 1, 65), (9, 10, 11), (64, 64, 64), (6, 241, 30)]
+
+
+def _points(p):
+    axes = [range(p.starts[a], p.box.hi[a], p.steps[a]) if p.starts[a] < p.box.hi[a] else range(0)
+            for a in range(3)]
+    return set(itertools.product(*axes))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("flat", [(False, False, False), (True, False, False)])
+def test_passes_cover_every_point_once(shape, flat):
+    part = Partition(shape, (0, 1, 2), flat)
+    seen = {(0, 0, 0)}
+    total = 1
+    for step in part.steps:
+        passes, _ = part.passes(step)
+        for p in passes:
+            pts = _points(p)
+            assert not (pts & seen)
+            seen |= pts
+            total += len(pts)
+    assert total == len(seen) == int(np.prod(shape))
+    assert sum(part.level_points(k) for k in range(part.num_levels)) == int(np.prod(shape))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_chunks_cover_each_level_once(shape):
+    part = Partition(shape)
+    for lv in range(part.num_levels):
+        _, stride, refined, base, boxes = level_geometry(part, lv)
+        sizes = chunks.chunk_sizes(boxes, refined, base)
+        assert sizes.sum() == part.level_points(lv)
+        g = grid_shape(shape, tuple(stride))
+        cover = np.zeros(g, np.int64)
+        for b in boxes:
+            cover[b[0]:b[1], b[2]:b[3], b[4]:b[5]] += 1
+        assert np.all(cover == 1)
+
+
+def test_base_grid_is_small_and_levels_refine_by_two():
+    part = Partition((256, 300, 128))
+    assert part.points(part.level_stride(0)) <= 4096
+    for k in range(1, part.num_levels):
+        prev, cur = part.level_stride(k - 1), part.level_stride(k)
+        assert all(c in (p, p // 2) for c, p in zip(cur, prev))
+    assert part.level_stride(part.num_levels - 1) == (1, 1, 1)
+
+
+def test_flat_axis_is_refined_first():
+    part = Partition((6, 241, 480), flat=(True, False, False))
+    assert part.steps[0].refined == (True, False, False)
+    assert all(not st.refined[0] for st in part.steps[3:])
+
+
+def test_region_pass_boxes_grow_backwards():
+    part = Partition((64, 64, 64))
+    box = Box((10, 10, 10), (20, 20, 20))
+    passes, coarse = part.passes(part.steps[-1], box)
+    assert passes[-1].box == box
+    for a, b in zip(passes, passes[1:]):
+        assert all(x <= y for x, y in zip(a.box.lo, b.box.lo)) and all(x >= y for x, y in zip(a.box.hi, b.box.hi))
+    assert coarse.lo[0] < passes[0].box.lo[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_quantizer_matches_reference(dtype):
+    """Passes at one stride from an exact coarse grid: kernel codes equal the NumPy reference."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1, 1, 4097)).astype(dtype) * 10
+    part = Partition(as_3d_shape(a.shape))
+    flat = a.reshape(-1)
+    x = flat.copy()
+    codes = np.zeros(flat.size, np.int32)
+    eb = 0.01
+    step = part.steps[-1]  # stride 1: odd points from the (exact) even ones
+    passes, _ = part.passes(step)
+    encode_passes(x, codes, flat, np.array(part.shape, np.int64), pass_table(passes, [eb], [False]))
+    odd = flat[1:-1:2]
+    pred = 0.5 * (flat[0:-2:2].astype(np.float64) + flat[2::2].astype(np.float64))
+    ref_codes, ref_rec = quantize_reference(odd, pred, eb)
+    assert np.array_equal(codes[1:-1:2], ref_codes)
+    assert np.array_equal(x[1:-1:2], ref_rec)
+    assert np.all(np.abs(x.astype(np.float64) - flat) <= eb)
+
+
+def test_unpredictable_values_are_exact():
+    a = np.array([0.0, 1e30, 0.0, -1e30, 5.0], dtype=np.float32)
+    x = a.copy()
+    codes = np.zeros(a.size, np.int32)
+    encode_origin(x, codes, a, 1e-3)
+    part = Partition(as_3d_shape(a.shape))
+    rows = []
+    for st in part.steps:
+        rows += part.passes(st)[0]
+    encode_passes(x, codes, a, np.array(part.shape, np.int64), pass_table(rows, [1e-3] * len(rows), [True] * len(rows)))
+    assert (codes == UNPREDICTABLE).any()
+    assert np.all((codes == UNPREDICTABLE) | (np.abs(codes.astype(np.int64) - RADIUS) < RADIUS))
+    assert np.all(np.abs(x.astype(np.float64) - a) <= 1e-3)

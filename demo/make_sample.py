@@ -37,13 +37,17 @@ Parameters
 - time stepping: RK4, CFL-adaptive (USE_CFL = True, fluidsim's default coefficient), t_end = 30
 - numpy.random.seed(seed) before the simulation is created. fluidsim's noise initial condition
   seeds numpy with 42 itself; the forcing draws its seeds from numpy's global generator, so the
-  run is repeatable in law. It is not guaranteed to be bitwise repeatable: FFTW picks its plans by
-  timing (FFTW_MEASURE), so round-off can differ from run to run and the chaotic flow amplifies it.
+  run is repeatable. It is not guaranteed to be bitwise repeatable: FFTW picks its plans by timing
+  (FFTW_MEASURE), so round-off can differ from run to run and the chaotic flow amplifies it (two runs
+  of the committed configuration differed in 56 of 262144 values, by at most one float32 ulp, 6e-8).
 
 With epsilon = 0.2 and nu = 1e-2 the Kolmogorov scale is eta = (nu^3/epsilon)^(1/4) ~ 0.047, so
 kmax * eta ~ 1 (resolved). The forcing scale is L ~ 2*pi/4.5 ~ 1.4, the velocity U ~ (epsilon*L)^(1/3)
 ~ 0.65 and the large-eddy turnover time L/U ~ 2, so t_end = 30 is of order ten turnover times:
 long enough for the flow to forget the initial noise and reach a statistically steady state.
+Measured (mean over 20 <= t <= 30): energy E = 0.364 (steady from t ~ 6), u_rms = 0.49, dissipation
+0.199 (= injection), kmax * eta = 1.01, E / epsilon = 1.8, Taylor-scale Reynolds number ~ 21.
+1845 RK4 steps, about 3 minutes on one core.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import settings
 
@@ -34,10 +33,3 @@ def load_field(path, cache):
     if path not in cache:
         cache[path] = read_array(path)
     return cache[path]
-
-
-def max_abs_error(a: np.ndarray, b: np.ndarray) -> float:
-    """Max |a - b| in float64 over finite values (0 for empty arrays)."""
-    if a.size == 0:
-        return 0.0
-    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))

@@ -10,8 +10,9 @@ from hypothesis.extra import numpy as hnp
 import strata
 from strata.lossy import Settings
 from strata.lossy import compress as lossy_compress
+from strata.metrics import max_abs_error
 
-from .conftest import load_field, max_abs_error, sci_params
+from .conftest import load_field, sci_params
 
 
 @pytest.mark.parametrize("path", sci_params())

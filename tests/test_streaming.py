@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import strata
+from strata.metrics import max_abs_error
 
-from .conftest import SCI_FILES, load_field, max_abs_error
+from .conftest import SCI_FILES, load_field
 
 
 class CountingFile(io.BytesIO):

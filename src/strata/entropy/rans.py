@@ -16,6 +16,7 @@ State lives in int64 variables holding values below ``2**32``.
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from .tables import SCALE_BITS
@@ -43,6 +44,40 @@ def encode_put(state, buf, pos, start, freq):
         buf[pos] = state & 0xFF
         state >>= 8
     return ((state // freq) << SCALE_BITS) + (state % freq) + start, pos
+
+
+@njit(inline="always")
+def encode_put_fast(state, buf, pos, sym_info):
+    """:func:`encode_put` with the division replaced by a multiplication, from the packed
+    per-symbol constants of :func:`encoder_table` (``x_max, rcp, shift, bias, cmpl``)."""
+    while state >= sym_info[0]:
+        pos -= 1
+        buf[pos] = state & 0xFF
+        state >>= 8
+    q = ((state * sym_info[1]) >> 32) >> sym_info[2]
+    return state + sym_info[3] + q * sym_info[4], pos
+
+
+def encoder_table(freq, cum):
+    """Per-(table, symbol) constants for :func:`encode_put_fast`, int64 ``(n_tables, n_symbols, 5)``.
+
+    With ``state < 2**31`` (byte-wise rANS, ``RANS_L = 2**23``) and a reciprocal below
+    ``2**32`` the product fits in 63 bits. Symbols of frequency 0 get unusable constants.
+    """
+    freq = np.asarray(freq, dtype=np.int64)
+    cum = np.asarray(cum, dtype=np.int64)
+    out = np.zeros(freq.shape + (5,), np.int64)
+    out[..., 0] = _XMAX_UNIT * freq
+    shift = np.zeros_like(freq)
+    f = np.maximum(freq, 1)
+    while np.any(f > (1 << shift)):
+        shift += f > (1 << shift)
+    one = freq < 2
+    out[..., 1] = np.where(one, (1 << 32) - 1, ((1 << (shift + 31)) + f - 1) // f)
+    out[..., 2] = np.where(one, 0, shift - 1)
+    out[..., 3] = np.where(one, cum + (1 << SCALE_BITS) - 1, cum)
+    out[..., 4] = (1 << SCALE_BITS) - freq
+    return out
 
 
 @njit(inline="always")

@@ -92,13 +92,20 @@ def chunk_sizes(boxes, refined, base):
     return out
 
 
+#: Interleaved histogram copies: successive increments of the dominant bin do not wait on
+#: each other through memory.
+_HIST_WAYS = 4
+
+
 @njit(parallel=True, nogil=True, cache=True)
-def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw_bits, n_unpred):
-    """Symbols, contexts and histograms of every chunk of a level (encoder, pass 1).
+def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
+            n_unpred):
+    """Symbols, contexts, raw bits and histograms of every chunk of a level (encoder, pass 1).
 
     ``syms``/``ctxs`` (uint8, level points in chunk order) receive each point's symbol and
-    context; ``hist[c, ctx, sym]`` the counts of chunk ``c``; ``raw_bits[c]`` and
-    ``n_unpred[c]`` the raw bits and unpredictable values of chunk ``c``.
+    context; ``hist[c, ctx, sym]`` the counts of chunk ``c``; ``raw[raw_offsets[c]:]`` the raw
+    bits of chunk ``c`` (``n_raw[c]`` bytes; room for 3 bytes per point); ``n_unpred[c]`` its
+    number of unpredictable values.
     """
     n1, n2 = shape[1], shape[2]
     d0 = stride[0] * n1 * n2
@@ -107,9 +114,12 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
     r0, r1, r2 = refined[0], refined[1], refined[2]
     for c in prange(boxes.shape[0]):
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
+        local = np.zeros((_HIST_WAYS, N_CONTEXTS, ALPHABET), np.int32)
         k = offsets[c]
-        nb = 0
         nu = 0
+        acc = np.int64(0)
+        nacc = np.int64(0)
+        pos = raw_offsets[c]
         for g0 in range(lo0, hi0):
             for g1 in range(lo1, hi1):
                 f, st = _row(g0, g1, lo2, r0, r1, r2, base)
@@ -124,24 +134,30 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
                         sym = ESCAPE
                         nu += 1
                     else:
-                        sym, nbits, _ = to_symbol(zigzag(np.int64(code) - RADIUS))
-                        nb += nbits
+                        sym, nbits, extra = to_symbol(zigzag(np.int64(code) - RADIUS))
+                        if nbits > 0:
+                            acc, nacc, pos = rans.bits_put(acc, nacc, raw, pos, extra, nbits)
                     syms[k] = sym
                     ctxs[k] = ctx
-                    hist[c, ctx, sym] += 1
+                    local[k & (_HIST_WAYS - 1), ctx, sym] += 1
                     k += 1
-        raw_bits[c] = nb
+        pos = rans.bits_flush(acc, nacc, raw, pos)
+        n_raw[c] = pos - raw_offsets[c]
         n_unpred[c] = nu
+        for w in range(_HIST_WAYS):
+            for t in range(N_CONTEXTS):
+                for s_ in range(ALPHABET):
+                    hist[c, t, s_] += local[w, t, s_]
 
 
 @njit(parallel=True, nogil=True, cache=True)
 def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs,
-           ctxmap, freq, cum, buf, buf_offsets, n_rans, n_raw):
+           ctxmap, enc, n_unpred, buf, buf_offsets, n_rans):
     """rANS-code every chunk (encoder, pass 2).
 
     Chunk ``c`` is written to ``buf[buf_offsets[c]:buf_offsets[c + 1]]`` as
-    ``raw bits | unpredictable values | (gap) | rANS bytes``, the rANS bytes ending at the
-    region's end; ``n_rans[c]``/``n_raw[c]`` receive their lengths (see :func:`assemble`).
+    ``unpredictable values | (gap) | rANS bytes``, the rANS bytes ending at the region's end;
+    ``n_rans[c]`` receives their length (see :func:`assemble`).
     """
     n1, n2 = shape[1], shape[2]
     d0 = stride[0] * n1 * n2
@@ -150,51 +166,31 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
     r0, r1, r2 = refined[0], refined[1], refined[2]
     for c in prange(boxes.shape[0]):
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-        start = buf_offsets[c]
-        # forward: raw bits, then unpredictable values
-        acc = np.int64(0)
-        nacc = np.int64(0)
-        pos = start
-        for g0 in range(lo0, hi0):
-            for g1 in range(lo1, hi1):
-                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
-                if st == 0:
-                    continue
-                row = g0 * d0 + g1 * d1
-                for g2 in range(f, hi2, st):
-                    code = codes[row + g2 * d2]
-                    if code != UNPREDICTABLE:
-                        _, nbits, extra = to_symbol(zigzag(np.int64(code) - RADIUS))
-                        if nbits > 0:
-                            acc, nacc, pos = rans.bits_put(acc, nacc, buf, pos, extra, nbits)
-        pos = rans.bits_flush(acc, nacc, buf, pos)
-        n_raw[c] = pos - start
-        for g0 in range(lo0, hi0):
-            for g1 in range(lo1, hi1):
-                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
-                if st == 0:
-                    continue
-                row = g0 * d0 + g1 * d1
-                for g2 in range(f, hi2, st):
-                    idx = row + g2 * d2
-                    if codes[idx] == UNPREDICTABLE:
-                        for b in range(itemsize):
-                            buf[pos] = orig_bytes[idx * itemsize + b]
-                            pos += 1
-        # backward: rANS
+        pos = buf_offsets[c]
+        if n_unpred[c] > 0:
+            for g0 in range(lo0, hi0):
+                for g1 in range(lo1, hi1):
+                    f, st = _row(g0, g1, lo2, r0, r1, r2, base)
+                    if st == 0:
+                        continue
+                    row = g0 * d0 + g1 * d1
+                    for g2 in range(f, hi2, st):
+                        idx = row + g2 * d2
+                        if codes[idx] == UNPREDICTABLE:
+                            for b in range(itemsize):
+                                buf[pos] = orig_bytes[idx * itemsize + b]
+                                pos += 1
         end = buf_offsets[c + 1]
         state = np.int64(rans.RANS_L)
         rpos = end
         for k in range(offsets[c + 1] - 1, offsets[c] - 1, -1):
-            t = ctxmap[ctxs[k]]
-            s = syms[k]
-            state, rpos = rans.encode_put(state, buf, rpos, cum[t, s], freq[t, s])
+            state, rpos = rans.encode_put_fast(state, buf, rpos, enc[ctxmap[ctxs[k]], syms[k]])
         rpos = rans.encode_flush(state, buf, rpos)
         n_rans[c] = end - rpos
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def assemble(buf, buf_offsets, n_rans, n_raw, n_unpred_bytes, out, out_offsets):
+def assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, n_unpred_bytes, out, out_offsets):
     """Copy each chunk to ``out[out_offsets[c]:]`` in its final layout."""
     for c in prange(buf_offsets.shape[0] - 1):
         p = out_offsets[c]
@@ -209,9 +205,12 @@ def assemble(buf, buf_offsets, n_rans, n_raw, n_unpred_bytes, out, out_offsets):
         for k in range(n_rans[c]):
             out[p + k] = buf[r0 + k]
         p += n_rans[c]
+        q = raw_offsets[c]
+        for k in range(n_raw[c]):
+            out[p + k] = raw[q + k]
+        p += n_raw[c]
         s0 = buf_offsets[c]
-        m = n_raw[c] + n_unpred_bytes[c]
-        for k in range(m):
+        for k in range(n_unpred_bytes[c]):
             out[p + k] = buf[s0 + k]
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..container import KIND_LOSSY, Writer, crc32, pack
-from ..entropy import tables
+from ..entropy import rans, tables
 from ..errors import InvalidInputError, UnsupportedDtypeError
 from . import chunks, nonfinite
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
@@ -153,13 +153,15 @@ def predict_all(orig: np.ndarray, part: Partition, header: LossyHeader) -> np.nd
     codes = np.empty(orig.size, dtype=np.int32)
     bounds = header.step_bounds(part.steps)
     encode_origin(x, codes, orig, bounds[0] if bounds else header.eb)
-    rows, eb, cubic = [], [], []
+    rows, eb, cubic, step_ids = [], [], [], []
     for i, step in enumerate(part.steps):
         passes, _ = part.passes(step)
         rows += passes
         eb += [bounds[i]] * len(passes)
         cubic += [header.cubic(i)] * len(passes)
-    encode_passes(x, codes, orig, np.array(part.shape, np.int64), pass_table(rows, eb, cubic))
+        step_ids += [i] * len(passes)
+    encode_passes(x, codes, orig, np.array(part.shape, np.int64),
+                  pass_table(rows, eb, cubic, step_ids, part.shape))
     return codes
 
 
@@ -183,40 +185,44 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     n = int(offsets[-1])
+    n_chunks = len(sizes)
     syms = np.empty(n, np.uint8)
     ctxs = np.empty(n, np.uint8)
-    hist = np.zeros((len(sizes), chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
-    raw_bits = np.zeros(len(sizes), np.int64)
-    n_unpred = np.zeros(len(sizes), np.int64)
-    chunks.analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw_bits, n_unpred)
+    hist = np.zeros((n_chunks, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
+    raw_offsets = np.zeros(n_chunks + 1, np.int64)
+    np.cumsum(3 * sizes + 8, out=raw_offsets[1:])
+    raw = np.empty(int(raw_offsets[-1]), np.uint8)
+    n_raw = np.zeros(n_chunks, np.int64)
+    n_unpred = np.zeros(n_chunks, np.int64)
+    chunks.analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
+                   n_unpred)
     counts = chunks.level_counts(hist)
     group = chunks.choose_group(counts)
     cmap = chunks.CONTEXT_GROUPS[group]
     grouped = chunks.grouped_counts(counts, cmap)
     table_bytes = tables.serialize(grouped)
     freq = tables.normalize(tables.quantized(grouped))
-    cum = tables.cumulative(freq)
+    enc = rans.encoder_table(freq, tables.cumulative(freq))
     itemsize = orig.dtype.itemsize
     unpred_bytes = n_unpred * itemsize
-    caps = (raw_bits + 7) // 8 + unpred_bytes + 2 * sizes + 8
-    buf_offsets = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(caps, out=buf_offsets[1:])
+    buf_offsets = np.zeros(n_chunks + 1, np.int64)
+    np.cumsum(unpred_bytes + 2 * sizes + 8, out=buf_offsets[1:])
     buf = np.empty(int(buf_offsets[-1]), np.uint8)
-    n_rans = np.zeros(len(sizes), np.int64)
-    n_raw = np.zeros(len(sizes), np.int64)
+    n_rans = np.zeros(n_chunks, np.int64)
     chunks.encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets,
-                  syms, ctxs, cmap, freq, cum, buf, buf_offsets, n_rans, n_raw)
+                  syms, ctxs, cmap, enc, n_unpred, buf, buf_offsets, n_rans)
     lens = n_rans + n_raw + unpred_bytes + _varint_len(n_rans) + _varint_len(n_raw)
-    out_offsets = np.zeros(len(sizes) + 1, np.int64)
+    out_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(lens, out=out_offsets[1:])
     payload = np.empty(int(out_offsets[-1]), np.uint8)
-    chunks.assemble(buf, buf_offsets, n_rans, n_raw, unpred_bytes, payload, out_offsets)
-    w = Writer().u8(group).blob(table_bytes).varint(len(sizes))
+    chunks.assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, unpred_bytes, payload, out_offsets)
+    w = Writer().u8(group).blob(table_bytes).varint(n_chunks)
     for ln in lens:
         w.varint(int(ln))
     pay = payload.tobytes()
-    for c in range(len(sizes)):
-        w.u32(crc32(pay[out_offsets[c]:out_offsets[c + 1]]))
+    view = memoryview(pay)
+    for c in range(n_chunks):
+        w.u32(crc32(view[out_offsets[c]:out_offsets[c + 1]]))
     head = w.getvalue()
     return head + struct.pack("<I", crc32(head)), pay
 

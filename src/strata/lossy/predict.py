@@ -38,6 +38,8 @@ from .quantize import dequantize_into, quantize_into
 _BLOCK = 2048
 #: Passes with fewer points run on one thread (a parallel launch costs microseconds).
 _SERIAL_BELOW = 16384
+#: Points per slab (work item) when a step runs slab by slab.
+_SLAB_POINTS = 32768
 
 
 # Prediction rules, by the neighbours a point has along its axis (see the table above).
@@ -116,44 +118,125 @@ def _count(first, step, hi):
 def _sweep(mode, x, codes, orig, shape, table, bounds, cubic):
     """Run the passes of ``table`` in order. mode 0: encode, 1: decode, 2: preview.
 
-    ``table[p]`` = ``axis, stride, start0..2, step0..2, lo0..2, hi0..2`` of pass ``p``;
-    ``bounds[p]`` its error bound and ``cubic[p]`` its interpolation.
+    ``table[p]`` = ``axis, stride, start0..2, step0..2, lo0..2, hi0..2, step id, by_slab``
+    of pass ``p``; ``bounds[p]`` its error bound and ``cubic[p]`` its interpolation.
+
+    The passes of one step run slab by slab along the first axis longer than 1 (``by_slab``
+    says this is valid: a pass along that axis comes first and reads only coarser slabs;
+    the other passes read within their slab), each slab doing all its passes while it is in
+    cache, slabs in parallel. Otherwise each pass sweeps the whole box in parallel.
     """
     n1, n2 = shape[1], shape[2]
     mem0 = n1 * n2
-    for p in range(table.shape[0]):
-        axis, s = table[p, 0], table[p, 1]
-        steps0, steps1, st2 = table[p, 5], table[p, 6], table[p, 7]
-        f0 = _first(table[p, 2], steps0, table[p, 8])
-        f1 = _first(table[p, 3], steps1, table[p, 9])
-        f2 = _first(table[p, 4], st2, table[p, 10])
-        c0 = _count(f0, steps0, table[p, 11])
-        c1 = _count(f1, steps1, table[p, 12])
-        c2 = _count(f2, st2, table[p, 13])
-        if c0 == 0 or c1 == 0 or c2 == 0:
-            continue
-        eb = bounds[p]
-        cub = cubic[p]
-        nb = (c2 + _BLOCK - 1) // _BLOCK
-        n_axis = shape[axis]
-        d1 = s * (mem0 if axis == 0 else (n2 if axis == 1 else 1))
-        inv_bin = 0.5 / eb if eb > 0 else 0.0
-        bin_width = 2.0 * eb
-        total = c0 * c1 * nb
-        if total * (c2 // nb + 1) < _SERIAL_BELOW:
-            for w in range(total):
-                _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                          axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+    ax_s = 0 if shape[0] > 1 else (1 if shape[1] > 1 else 2)
+    per_index = (mem0 if ax_s == 0 else (n2 if ax_s == 1 else 1))
+    n = table.shape[0]
+    p0 = 0
+    while p0 < n:
+        p1 = p0 + 1
+        while p1 < n and table[p1, 14] == table[p0, 14]:
+            p1 += 1
+        if table[p0, 15]:
+            # slabs: multiples of the step's fine stride along ax_s, a few indices each
+            q = table[p0, 1] if table[p0, 0] == ax_s else table[p0, 5 + ax_s]
+            lo = table[p0, 8 + ax_s]
+            hi = table[p0, 11 + ax_s]
+            for p in range(p0 + 1, p1):
+                lo = min(lo, table[p, 8 + ax_s])
+                hi = max(hi, table[p, 11 + ax_s])
+            lo = (lo // q) * q
+            width = q * max(1, _SLAB_POINTS // (per_index // q + 1))
+            n_slabs = (hi - lo + width - 1) // width
+            for u in prange(n_slabs):
+                a = lo + u * width
+                for p in range(p0, p1):
+                    _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, a, a + width, -1)
         else:
-            for w in prange(total):
-                _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                          axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+            for p in range(p0, p1):
+                # whole pass, its rows in parallel
+                nw = _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], -2)
+                if nw * _BLOCK < _SERIAL_BELOW:
+                    _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], -1)
+                else:
+                    for w in prange(nw):
+                        _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], w)
+        p0 = p1
+
+
+@njit(nogil=True, cache=True)
+def _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, a, b, item):
+    """Points of pass ``p`` with index in ``[a, b)`` along axis ``ax_s``: all of them
+    (``item == -1``), only work item ``item >= 0``, or none (``item == -2``); returns the
+    number of work items."""
+    n1, n2 = shape[1], shape[2]
+    mem0 = n1 * n2
+    axis, s = table[p, 0], table[p, 1]
+    steps0, steps1, st2 = table[p, 5], table[p, 6], table[p, 7]
+    lo0, lo1, lo2 = table[p, 8], table[p, 9], table[p, 10]
+    hi0, hi1, hi2 = table[p, 11], table[p, 12], table[p, 13]
+    if ax_s == 0:
+        lo0, hi0 = max(lo0, a), min(hi0, b)
+    elif ax_s == 1:
+        lo1, hi1 = max(lo1, a), min(hi1, b)
+    else:
+        lo2, hi2 = max(lo2, a), min(hi2, b)
+    f0 = _first(table[p, 2], steps0, lo0)
+    f1 = _first(table[p, 3], steps1, lo1)
+    f2 = _first(table[p, 4], st2, lo2)
+    c0 = _count(f0, steps0, hi0)
+    c1 = _count(f1, steps1, hi1)
+    c2 = _count(f2, st2, hi2)
+    if c0 == 0 or c1 == 0 or c2 == 0:
+        return 0
+    eb = bounds[p]
+    cub = cubic[p]
+    n_axis = shape[axis]
+    d1 = s * (mem0 if axis == 0 else (n2 if axis == 1 else 1))
+    inv_bin = 0.5 / eb if eb > 0 else 0.0
+    bin_width = 2.0 * eb
+    nb = (c2 + _BLOCK - 1) // _BLOCK
+    total = c0 * c1 * nb
+    if item != -2:
+        w0, w1 = (item, item + 1) if item >= 0 else (0, total)
+        for w in range(w0, w1):
+            if mode == 0:
+                _row_encode(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+                            axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+            elif mode == 1:
+                _row_decode(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+                            axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+            else:
+                _row_preview(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+                             axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _row_encode(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+                n_axis, d1, cub, eb, inv_bin, bin_width):
+    _row_work(0, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+              n_axis, d1, cub, eb, inv_bin, bin_width)
+
+
+@njit(nogil=True, cache=True)
+def _row_decode(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+                n_axis, d1, cub, eb, inv_bin, bin_width):
+    _row_work(1, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+              n_axis, d1, cub, eb, inv_bin, bin_width)
+
+
+@njit(nogil=True, cache=True)
+def _row_preview(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+                 n_axis, d1, cub, eb, inv_bin, bin_width):
+    _row_work(2, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+              n_axis, d1, cub, eb, inv_bin, bin_width)
 
 
 @njit(inline="always")
 def _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
               n_axis, d1, cub, eb, inv_bin, bin_width):
-    """Points ``k0 .. k1`` of row ``w // nb`` of a pass (work item ``w``)."""
+    """Points ``k0 .. k1`` of row ``w // nb`` of a pass (work item ``w``); ``mode`` is a
+    constant in each of the three compiled row functions above."""
     blk = w % nb
     r = w // nb
     i0 = f0 + (r // c1) * steps0
@@ -161,24 +244,21 @@ def _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, s
     k0 = blk * _BLOCK
     k1 = min(c2, k0 + _BLOCK)
     row = i0 * mem0 + i1 * n2 + f2
-    if axis != 2:
-        # the rule is the same along the whole row
-        rule = _rule(i0 if axis == 0 else i1, n_axis, s, cub)
-        if rule == _CUBIC:
-            for k in range(k0, k1):
-                idx = row + k * st2
-                pred = (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
-                        - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
-                _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width)
-        else:
-            for k in range(k0, k1):
-                idx = row + k * st2
-                _point(mode, x, codes, orig, idx, _apply(x, idx, d1, rule), eb, inv_bin, bin_width)
+    # off axis 2 the rule is the same along the whole row; on it, interior points are cubic
+    rule = _rule(i0 if axis == 0 else i1, n_axis, s, cub) if axis != 2 else -1
+    if rule == _CUBIC:
+        for k in range(k0, k1):
+            idx = row + k * st2
+            pred = (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
+                    - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
+            _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width)
     else:
         for k in range(k0, k1):
             idx = row + k * st2
             i = f2 + k * st2
-            if cub and i >= 3 * s and i + 3 * s < n_axis:
+            if rule >= 0:
+                pred = _apply(x, idx, d1, rule)
+            elif cub and i >= 3 * s and i + 3 * s < n_axis:
                 pred = (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
                         - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
             else:
@@ -186,16 +266,27 @@ def _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, s
             _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width)
 
 
-def pass_table(passes, bounds, cubic):
+def pass_table(passes, bounds, cubic, steps=None, shape=None):
     """Arrays for the pass runners: one row per pass, with its bound and interpolation.
 
     Args:
-        passes: list of :class:`~strata.lossy.partition.Pass`.
+        passes: list of :class:`~strata.lossy.partition.Pass`, step after step.
         bounds: error bound of each pass.
         cubic: cubic (True) or linear (False) interpolation of each pass.
+        steps: step id of each pass (default: one step per pass, run pass by pass).
+        shape: internal 3D shape (needed with ``steps``, to check that a step can run
+            slab by slab).
     """
-    t = np.array([(p.axis, p.stride, *p.starts, *p.steps, *p.box.lo, *p.box.hi) for p in passes],
-                 dtype=np.int64).reshape(-1, 14)
+    steps = list(range(len(passes))) if steps is None else list(steps)
+    by_slab = {}
+    if shape is not None:
+        ax_s = 0 if shape[0] > 1 else (1 if shape[1] > 1 else 2)
+        axes: dict[int, list[int]] = {}
+        for p, st in zip(passes, steps):
+            axes.setdefault(st, []).append(p.axis)
+        by_slab = {st: ax_s not in a or a[0] == ax_s for st, a in axes.items()}
+    t = np.array([(p.axis, p.stride, *p.starts, *p.steps, *p.box.lo, *p.box.hi, st, by_slab.get(st, False))
+                  for p, st in zip(passes, steps)], dtype=np.int64).reshape(-1, 16)
     return t, np.asarray(bounds, dtype=np.float64), np.asarray(cubic, dtype=np.bool_)
 
 

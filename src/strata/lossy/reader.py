@@ -263,7 +263,8 @@ class LossyReader:
                 break
             lv = i - part.base_steps + 1
             passes = step_passes[i]
-            table = pass_table(passes, [self._bounds[i]] * len(passes), [h.cubic(i)] * len(passes))
+            table = pass_table(passes, [self._bounds[i]] * len(passes), [h.cubic(i)] * len(passes),
+                               [i] * len(passes), part.shape)
             if lv <= level:
                 self._decode_chunks(lv, level_chunks[lv], x, codes)
                 decode_passes(x, codes, shape, table)
@@ -272,13 +273,14 @@ class LossyReader:
 
     def _base_table(self):
         part, h = self._part, self.header
-        rows, eb, cubic = [], [], []
+        rows, eb, cubic, step_ids = [], [], [], []
         for i in range(part.base_steps):
             passes, _ = part.passes(part.steps[i])
             rows += passes
             eb += [self._bounds[i]] * len(passes)
             cubic += [h.cubic(i)] * len(passes)
-        return pass_table(rows, eb, cubic)
+            step_ids += [i] * len(passes)
+        return pass_table(rows, eb, cubic, step_ids, part.shape)
 
     def _level_tables(self, lv: int) -> _LevelTables:
         if lv in self._tables:

@@ -6,12 +6,12 @@ the one with the smallest estimated size wins. The candidates are cubic or linea
 interpolation and, for each short axis, refining that axis first (a *flat* axis, for stacks
 of unlike 2D fields such as pressure levels).
 
-The sample is a few small boxes spread over the array, but the trial runs the real,
-closed-loop passes of the *whole* hierarchy restricted to what those boxes need -- the same
-plan a region decode follows -- so every sampled code is the code full compression would
-produce. Small blocks compressed on their own would over-weight their own coarse levels.
-The estimate is, per step, the order-0 entropy of the sampled codes scaled to the step's
-size, plus the unpredictable values' bits.
+The trial runs the real, closed-loop passes: the coarse steps on the whole array (they hold
+about 1/64 of the points, but at high ratios much of the size), and the finest
+``TRIAL_STEPS`` steps only where a few small boxes spread over the array need them -- the
+plan a region decode follows. Small blocks compressed on their own would over-weight their
+own coarse levels. The estimate is, per step, the order-0 entropy of the trial's codes scaled
+to the step's size, plus the unpredictable values' bits.
 """
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ SAMPLE_FRACTION = 0.01
 MAX_BOXES = 16
 #: Box edge by number of axes longer than 1.
 EDGE = {0: 1, 1: 4096, 2: 48, 3: 12}
+#: Steps tried (the finest ones).
+TRIAL_STEPS = 3
 #: Arrays this small are tried whole.
 WHOLE_BELOW = 1 << 15
 #: Axes this short or shorter are candidates for flat refinement...
@@ -62,9 +64,8 @@ def roughness(a3: np.ndarray) -> list[float]:
         if a3.shape[d] < 2:
             out.append(0.0)
             continue
-        # every point along d, a sparse grid across
-        k = max(1, round((a3.size / a3.shape[d] / 4096) ** 0.5))
-        sl = tuple(slice(None) if e == d else slice(None, None, k) for e in range(3))
+        # about 64 whole lines along d, spread over the other axes
+        sl = tuple(slice(None) if e == d else slice(None, None, max(1, a3.shape[e] // 8)) for e in range(3))
         v = a3[sl].astype(np.float64)
         out.append(float(np.mean(np.abs(np.diff(v, axis=d)))))
     return out
@@ -90,11 +91,12 @@ def sample_boxes(shape3) -> list[Box] | None:
             for a in axes[0] for b in axes[1] for c in axes[2]]
 
 
-def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None) -> float:
+def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None, x=None) -> float:
     """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``).
 
-    ``plans`` (from :func:`plan`) may be shared by settings that differ only in
-    interpolation order."""
+    ``plans`` (from :func:`plan`) and the working copy ``x`` of ``flat`` may be shared by
+    settings that differ only in interpolation order (a trial computes every point it
+    writes before reading it)."""
     from .header import LossyHeader
 
     part, plans = plans or plan(shape3, settings, boxes)
@@ -104,18 +106,19 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     n_steps = len(part.steps)
     if n_steps == 0:
         return 0.0
-    x = np.empty_like(flat)
+    x = flat.copy() if x is None else x
     codes = np.empty(flat.size, np.int32)
     encode_origin(x, codes, flat, bounds[0])
     shape = np.array(shape3, np.int64)
-    # all boxes step by step: a step's passes read only coarser steps
+    first = max(0, n_steps - TRIAL_STEPS)
+    # step by step (a step's passes read only coarser steps); the coarse steps once
     rows, eb_rows, step_of = [], [], []
     for i in range(n_steps):
-        for box_plan in plans:
+        for box_plan in (plans if i >= first else plans[:1]):
             rows += box_plan[i]
             eb_rows += [bounds[i]] * len(box_plan[i])
             step_of += [i] * len(box_plan[i])
-    table = pass_table(rows, eb_rows, [settings.cubic] * len(rows))
+    table = pass_table(rows, eb_rows, [settings.cubic] * len(rows), step_of, shape3)
     encode_passes(x, codes, flat, shape, table)
     hist = np.zeros((n_steps, _CLIP + 2), np.int64)
     _histogram(codes, shape, table[0], np.array(step_of, np.int64), hist)
@@ -152,9 +155,12 @@ def _histogram(codes, shape, table, step_of, hist):
 
 
 def plan(shape3, settings, boxes):
-    """Partition and per-box pass plans of a candidate."""
+    """Partition and per-box pass plans (finest ``TRIAL_STEPS`` steps) of a candidate."""
     part = Partition(tuple(shape3), settings.order, settings.flat)
-    return part, [part.plan_passes(box, len(part.steps) - 1) for box in (boxes or [None])]
+    last = len(part.steps) - 1
+    first = max(0, last + 1 - TRIAL_STEPS)
+    coarse = {i: part.passes(part.steps[i])[0] for i in range(first)}
+    return part, [{**coarse, **part.plan_passes(box, last, first)} for box in (boxes or [None])]
 
 
 def choose(a: np.ndarray, eb: float):
@@ -168,12 +174,13 @@ def choose(a: np.ndarray, eb: float):
     flat = np.ascontiguousarray(a).reshape(-1)
     boxes = sample_boxes(shape3)
     best, best_bits = None, None
-    plans = {}
+    plans, work = {}, {}
     for c in cands:
         key = (c.order, c.flat)
         if key not in plans:
             plans[key] = plan(shape3, c, boxes)
-        bits = estimate_bits(flat, shape3, eb, c, boxes, plans[key])
+            work[key] = flat.copy()
+        bits = estimate_bits(flat, shape3, eb, c, boxes, plans[key], work[key])
         if best_bits is None or bits < best_bits:
             best, best_bits = c, bits
     return best

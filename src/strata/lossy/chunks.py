@@ -234,21 +234,43 @@ def _mag_of_symbol(sym):
     return 0 if sym == 0 else (1 if sym < 3 else 2)
 
 
+#: Code of each symbol below ``DIRECT`` (no raw bits).
+_DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z in range(DIRECT)], np.int32)
+
+
+@njit(nogil=True, cache=True)
+def _escape(idx, payload, io, codes, out_bytes, itemsize, end):
+    """An unpredictable value: copy its stored bytes (position ``io[0]``) to the output.
+    Returns False when the value is missing."""
+    codes[idx] = UNPREDICTABLE
+    u_pos = io[0]
+    if u_pos + itemsize > end:
+        return False
+    for b in range(itemsize):
+        out_bytes[idx * itemsize + b] = payload[u_pos + b]
+    io[0] = u_pos + itemsize
+    return True
+
+
 @njit(nogil=True)
-def _decode_symbols(payload, pos, r_end, dtab, mags, syms, h0, h1, h2, lo0, lo1, lo2, r0, r1, r2, base):
-    """rANS-decode a chunk's symbols in raster order (pass 1 of :func:`decode`).
+def _decode_chunk(payload, pos, r_end, x_end, end, dtab, mags, codes, out_bytes, itemsize, io,
+                  h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base):
+    """rANS-decode a chunk in raster order, writing each code to ``codes``.
 
     ``mags`` is the chunk's grid with a zero border on the low side of each axis, shape
     ``(h0 + 1) * (h1 + 1) * (h2 + 1)``, pre-filled with the magnitude classes of coarser
-    points; contexts are read from it, so the big code array is not touched here.
-    Returns ``(number of symbols, rpos, final state)``; -1 symbols on an invalid one.
+    points; contexts are read from it (an L1-resident buffer, not the big code array).
+    Raw bits follow ``r_end``; ``io[0]`` is the position of the stored values.
+    Returns ``(ok, rpos, final state, raw-bits position)``.
     """
     p1 = h2 + 1
     p0 = (h1 + 1) * p1
+    acc = np.int64(0)
+    nacc = np.int64(0)
+    x_pos = r_end
     state, rpos = rans.decode_init(payload, pos, r_end)
     if state < rans.RANS_L:
-        return -1, rpos, state
-    k = 0
+        return False, rpos, state, x_pos
     for a in range(h0):
         g0 = lo0 + a
         for b in range(h1):
@@ -256,33 +278,57 @@ def _decode_symbols(payload, pos, r_end, dtab, mags, syms, h0, h1, h2, lo0, lo1,
             if st == 0:
                 continue
             p = (a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2)
+            idx = g0 * d0 + (lo1 + b) * d1 + f * d2
+            step = st * d2
             if st == 1:
                 # the previous point of the row is this level's: keep its class in a register
                 prev = 0
                 for _ in range(f, lo2 + h2):
                     entry = np.int64(dtab[9 * mags[p - p0] + 3 * mags[p - p1] + prev, state & _SLOT_MASK])
                     sym = entry & 0x7F
-                    if sym >= ESCAPE and not rans.entry_valid(entry):
-                        return -1, rpos, state
-                    state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
-                    prev = _mag_of_symbol(sym)
+                    if sym < DIRECT:
+                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
+                        codes[idx] = _DIRECT_CODES[sym]
+                        prev = _mag_of_symbol(sym)
+                    elif sym < ESCAPE:
+                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
+                        extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, extra_bits(sym))
+                        codes[idx] = RADIUS + unzigzag(from_symbol(sym, extra))
+                        prev = 2
+                    else:
+                        if not rans.entry_valid(entry):
+                            return False, rpos, state, x_pos
+                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
+                        if not _escape(idx, payload, io, codes, out_bytes, itemsize, end):
+                            return False, rpos, state, x_pos
+                        prev = 2
                     mags[p] = prev
-                    syms[k] = sym
-                    k += 1
                     p += 1
+                    idx += step
             else:
                 # the previous point of the row is coarser: its class is in the grid
                 for _ in range(f, lo2 + h2, 2):
                     entry = np.int64(dtab[9 * mags[p - p0] + 3 * mags[p - p1] + mags[p - 1], state & _SLOT_MASK])
                     sym = entry & 0x7F
-                    if sym >= ESCAPE and not rans.entry_valid(entry):
-                        return -1, rpos, state
-                    state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
-                    mags[p] = _mag_of_symbol(sym)
-                    syms[k] = sym
-                    k += 1
+                    if sym < DIRECT:
+                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
+                        codes[idx] = _DIRECT_CODES[sym]
+                        mags[p] = _mag_of_symbol(sym)
+                    elif sym < ESCAPE:
+                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
+                        extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, extra_bits(sym))
+                        codes[idx] = RADIUS + unzigzag(from_symbol(sym, extra))
+                        mags[p] = 2
+                    else:
+                        if not rans.entry_valid(entry):
+                            return False, rpos, state, x_pos
+                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
+                        if not _escape(idx, payload, io, codes, out_bytes, itemsize, end):
+                            return False, rpos, state, x_pos
+                        mags[p] = 2
                     p += 2
-    return k, rpos, state
+                    idx += step
+    return True, rpos, state, x_pos
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -314,6 +360,7 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
             errors[j] = 1
             continue
         r_end = pos + n_r
+        x_end = r_end + n_x
         # magnitude grid with a zero border; coarser points' classes from the code array
         p1 = h2 + 1
         p0 = (h1 + 1) * p1
@@ -329,53 +376,16 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
                     g_first = lo2 + ((lo2 & 1) if st == 2 else 0)
                     for g2 in range(g_first, hi2, 2 if st == 2 else 1):
                         mags[q + g2 - lo2] = _mag(codes[row + g2 * d2])
-        syms = np.empty(h0 * h1 * h2, np.uint8)
-        n, rpos, state = _decode_symbols(payload, pos, r_end, dtab, mags, syms, h0, h1, h2,
-                                         lo0, lo1, lo2, r0, r1, r2, base)
-        if n < 0:
+        io = np.zeros(1, np.int64)
+        io[0] = x_end
+        ok, rpos, state, x_pos = _decode_chunk(payload, pos, r_end, x_end, end, dtab, mags, codes, out_bytes,
+                                               itemsize, io, h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2,
+                                               base)
+        if not ok:
             errors[j] = 2
-            continue
-        if rpos != r_end or state != rans.RANS_L:
+        elif rpos != r_end or state != rans.RANS_L:
             errors[j] = 3
-            continue
-        # pass 2: symbols -> codes, raw bits and stored values
-        x_pos = r_end
-        x_end = r_end + n_x
-        u_pos = x_end
-        acc = np.int64(0)
-        nacc = np.int64(0)
-        k = 0
-        bad = False
-        for g0 in range(lo0, hi0):
-            for g1 in range(lo1, hi1):
-                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
-                if st == 0:
-                    continue
-                row = g0 * d0 + g1 * d1
-                for g2 in range(f, hi2, st):
-                    idx = row + g2 * d2
-                    sym = np.int64(syms[k])
-                    k += 1
-                    if sym < DIRECT:
-                        codes[idx] = RADIUS + unzigzag(sym)
-                    elif sym == ESCAPE:
-                        codes[idx] = UNPREDICTABLE
-                        if u_pos + itemsize > end:
-                            bad = True
-                            break
-                        for b in range(itemsize):
-                            out_bytes[idx * itemsize + b] = payload[u_pos + b]
-                        u_pos += itemsize
-                    else:
-                        extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, extra_bits(sym))
-                        codes[idx] = RADIUS + unzigzag(from_symbol(sym, extra))
-                if bad:
-                    break
-            if bad:
-                break
-        if bad:
-            errors[j] = 2
-        elif x_pos != x_end or u_pos != end:
+        elif x_pos != x_end or io[0] != end:
             errors[j] = 4
 
 

@@ -58,25 +58,35 @@ def encode_put_fast(state, buf, pos, sym_info):
     return state + sym_info[3] + q * sym_info[4], pos
 
 
-def encoder_table(freq, cum):
-    """Per-(table, symbol) constants for :func:`encode_put_fast`, int64 ``(n_tables, n_symbols, 5)``.
+@njit(nogil=True, cache=True)
+def encoder_table(freq):
+    """Per-(table, symbol) constants for :func:`encode_put_fast`, int64 ``(n_tables, n_symbols, 5)``,
+    from normalized frequencies.
 
     With ``state < 2**31`` (byte-wise rANS, ``RANS_L = 2**23``) and a reciprocal below
-    ``2**32`` the product fits in 63 bits. Symbols of frequency 0 get unusable constants.
+    ``2**32`` the product fits in 63 bits (F. Giesen's division-free encoder). Symbols of
+    frequency 0 get unusable constants.
     """
-    freq = np.asarray(freq, dtype=np.int64)
-    cum = np.asarray(cum, dtype=np.int64)
-    out = np.zeros(freq.shape + (5,), np.int64)
-    out[..., 0] = _XMAX_UNIT * freq
-    shift = np.zeros_like(freq)
-    f = np.maximum(freq, 1)
-    while np.any(f > (1 << shift)):
-        shift += f > (1 << shift)
-    one = freq < 2
-    out[..., 1] = np.where(one, (1 << 32) - 1, ((1 << (shift + 31)) + f - 1) // f)
-    out[..., 2] = np.where(one, 0, shift - 1)
-    out[..., 3] = np.where(one, cum + (1 << SCALE_BITS) - 1, cum)
-    out[..., 4] = (1 << SCALE_BITS) - freq
+    n_t, n_s = freq.shape
+    out = np.zeros((n_t, n_s, 5), np.int64)
+    for t in range(n_t):
+        cum = 0
+        for s in range(n_s):
+            f = freq[t, s]
+            out[t, s, 0] = _XMAX_UNIT * f
+            if f < 2:
+                out[t, s, 1] = (1 << 32) - 1
+                out[t, s, 2] = 0
+                out[t, s, 3] = cum + (1 << SCALE_BITS) - 1
+            else:
+                shift = 0
+                while f > (1 << shift):
+                    shift += 1
+                out[t, s, 1] = ((1 << (shift + 31)) + f - 1) // f
+                out[t, s, 2] = shift - 1
+                out[t, s, 3] = cum
+            out[t, s, 4] = (1 << SCALE_BITS) - f
+            cum += f
     return out
 
 

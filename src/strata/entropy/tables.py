@@ -27,42 +27,50 @@ _MANT = 4  # mantissa bits of the approximate count
 _MAX_COUNT_BITS = 19  # counts below 2**19 have codes below 256
 
 
-def approx_code(counts: np.ndarray) -> np.ndarray:
-    """Codes (0..255) of the approximate counts, 0 for an absent symbol; counts < 2**19."""
-    c = np.asarray(counts, dtype=np.int64)
-    e = np.maximum(_bit_length(c) - (_MANT + 1), 0)
-    m = c >> e
-    return np.where(e > 0, (e + 1) << _MANT | (m & ((1 << _MANT) - 1)), c)
+@njit(nogil=True, cache=True)
+def _bit_length(v):
+    n = 0
+    while v > 0:
+        v >>= 1
+        n += 1
+    return n
 
 
-def approx_value(code: np.ndarray) -> np.ndarray:
-    """Approximate counts from :func:`approx_code` codes."""
-    code = np.asarray(code, dtype=np.int64)
-    e = code >> _MANT
-    m = code & ((1 << _MANT) - 1)
-    return np.where(e <= 1, code, ((1 << _MANT) | m) << np.maximum(e - 1, 0))
+@njit(nogil=True, cache=True)
+def approx_code(counts):
+    """Codes (0..255) of the approximate counts of a group of tables (int64 2D array); counts
+    are first scaled together below ``2**19``. 0 marks an absent symbol."""
+    top = 0
+    for v in counts.ravel():
+        top = max(top, v)
+    shift = max(0, _bit_length(top) - _MAX_COUNT_BITS)
+    out = np.zeros(counts.shape, np.int64)
+    for t in range(counts.shape[0]):
+        for s_ in range(counts.shape[1]):
+            c = counts[t, s_]
+            if c <= 0:
+                continue
+            c = max(1, c >> shift)
+            e = max(0, _bit_length(c) - (_MANT + 1))
+            out[t, s_] = ((e + 1) << _MANT | ((c >> e) & ((1 << _MANT) - 1))) if e > 0 else c
+    return out
 
 
-def _bit_length(c: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(c)
-    v = c.copy()
-    for shift in (32, 16, 8, 4, 2, 1):
-        big = v >= (1 << shift)
-        out += np.where(big, shift, 0)
-        v = np.where(big, v >> shift, v)
-    return out + (v > 0)
-
-
-def _scaled(counts: np.ndarray) -> np.ndarray:
-    counts = np.asarray(counts, dtype=np.int64)
-    top = int(counts.max(initial=0))
-    shift = max(0, top.bit_length() - _MAX_COUNT_BITS)
-    return np.where(counts > 0, np.maximum(1, counts >> shift), 0)
+@njit(nogil=True, cache=True)
+def approx_value(codes):
+    """Approximate counts from :func:`approx_code` codes (int64 2D array)."""
+    out = np.zeros(codes.shape, np.int64)
+    for t in range(codes.shape[0]):
+        for s_ in range(codes.shape[1]):
+            code = codes[t, s_]
+            e = code >> _MANT
+            out[t, s_] = code if e <= 1 else ((1 << _MANT) | (code & ((1 << _MANT) - 1))) << (e - 1)
+    return out
 
 
 def quantized(counts: np.ndarray) -> np.ndarray:
     """Counts as the decoder will see them (scaled, through :func:`approx_code`)."""
-    return approx_value(approx_code(_scaled(counts)))
+    return approx_value(approx_code(np.asarray(counts, dtype=np.int64)))
 
 
 @njit(nogil=True, cache=True)
@@ -115,7 +123,7 @@ def normalize(counts):
 def serialize(counts: np.ndarray) -> bytes:
     """Approximate, serialized form of ``counts`` (int64 ``(n_tables, n_symbols)``,
     ``n_symbols <= 255``)."""
-    codes = approx_code(_scaled(counts)).astype(np.uint8)
+    codes = approx_code(np.asarray(counts, dtype=np.int64)).astype(np.uint8)
     present = codes != 0
     k = np.where(present.any(axis=1), codes.shape[1] - np.argmax(present[:, ::-1], axis=1), 0)
     return b"".join(bytes([int(kt)]) + codes[t, :kt].tobytes() for t, kt in enumerate(k))
@@ -151,14 +159,24 @@ def deserialize(buf, n_tables: int, n_symbols: int) -> np.ndarray:
     return approx_value(codes)
 
 
-def cost_bits(counts: np.ndarray) -> float:
-    """Estimated coded size in bits of the symbols counted in ``counts`` (ideal
-    adaptive-free entropy of each row), plus the serialized tables."""
-    counts = np.asarray(counts, dtype=np.float64)
-    tot = counts.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bits = np.where(counts > 0, counts * np.log2(tot / np.maximum(counts, 1)), 0.0)
-    return float(bits.sum()) + 8 * serialized_size(counts)
+@njit(nogil=True, cache=True)
+def cost_bits(counts):
+    """Estimated coded size in bits of the symbols counted in ``counts`` (the empirical
+    entropy of each row), plus the serialized tables."""
+    bits = 0.0
+    for t in range(counts.shape[0]):
+        tot = 0
+        k = 0
+        for s_ in range(counts.shape[1]):
+            tot += counts[t, s_]
+            if counts[t, s_] > 0:
+                k = s_ + 1
+        for s_ in range(k):
+            c = counts[t, s_]
+            if c > 0:
+                bits += c * np.log2(tot / c)
+        bits += 8 * (k + 1)
+    return bits
 
 
 def cumulative(freq: np.ndarray) -> np.ndarray:

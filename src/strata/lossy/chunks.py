@@ -390,28 +390,42 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
 
 
 # ---------------------------------------------------------------------- Python side
-def level_counts(hist: np.ndarray) -> np.ndarray:
-    """Sum per-chunk histograms ``(n_chunks, 27, ALPHABET)`` to ``(27, ALPHABET)``."""
-    return hist.sum(axis=0)
+@njit(nogil=True, cache=True)
+def grouped_counts(counts, cmap):
+    """Counts ``(27, ALPHABET)`` merged into the tables of a context grouping."""
+    n = 0
+    for v in cmap:
+        n = max(n, v + 1)
+    out = np.zeros((n, counts.shape[1]), np.int64)
+    for ctx in range(counts.shape[0]):
+        for s_ in range(counts.shape[1]):
+            out[cmap[ctx], s_] += counts[ctx, s_]
+    return out
 
 
-def choose_group(counts: np.ndarray) -> int:
-    """Index into :data:`CONTEXT_GROUPS` of the grouping with the smallest estimated size."""
-    best, best_bits = 0, None
-    for g, cmap in enumerate(CONTEXT_GROUPS):
-        grouped = grouped_counts(counts, cmap)
-        bits = tables.cost_bits(grouped)
-        if best_bits is None or bits < best_bits * 0.995:
+@njit(nogil=True, cache=True)
+def _choose(counts, groups):
+    best, best_bits = 0, -1.0
+    for g in range(groups.shape[0]):
+        bits = tables.cost_bits(grouped_counts(counts, groups[g]))
+        if best_bits < 0 or bits < best_bits * 0.995:
             best, best_bits = g, bits
     return best
 
 
-def grouped_counts(counts: np.ndarray, cmap: np.ndarray) -> np.ndarray:
-    n = int(cmap.max()) + 1
-    out = np.zeros((n, counts.shape[1]), np.int64)
-    np.add.at(out, cmap, counts)
-    return out
+_GROUPS = np.stack(CONTEXT_GROUPS).astype(np.int64)
 
 
-__all__ = ["ALPHABET", "CONTEXT_GROUPS", "N_CONTEXTS", "analyze", "assemble", "chunk_sizes",
-           "choose_group", "decode", "encode", "grouped_counts", "level_counts"]
+def level_tables(hist: np.ndarray):
+    """From per-chunk histograms ``(n_chunks, 27, ALPHABET)``: the grouping chosen (index
+    into :data:`CONTEXT_GROUPS`, smallest estimated size), its serialized tables, and the
+    encoder constants (:func:`strata.entropy.rans.encoder_table`)."""
+    counts = hist.sum(axis=0)
+    group = _choose(counts, _GROUPS)
+    grouped = grouped_counts(counts, _GROUPS[group])
+    freq = tables.normalize(tables.quantized(grouped))
+    return group, tables.serialize(grouped), rans.encoder_table(freq)
+
+
+__all__ = ["ALPHABET", "CONTEXT_GROUPS", "N_CONTEXTS", "analyze", "assemble", "chunk_sizes", "decode", "encode",
+           "grouped_counts", "level_tables"]

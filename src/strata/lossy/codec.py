@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..container import KIND_LOSSY, Writer, crc32, pack
-from ..entropy import rans, tables
 from ..errors import InvalidInputError, UnsupportedDtypeError
 from . import chunks, nonfinite
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
@@ -196,13 +195,8 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     n_unpred = np.zeros(n_chunks, np.int64)
     chunks.analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
                    n_unpred)
-    counts = chunks.level_counts(hist)
-    group = chunks.choose_group(counts)
+    group, table_bytes, enc = chunks.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
-    grouped = chunks.grouped_counts(counts, cmap)
-    table_bytes = tables.serialize(grouped)
-    freq = tables.normalize(tables.quantized(grouped))
-    enc = rans.encoder_table(freq, tables.cumulative(freq))
     itemsize = orig.dtype.itemsize
     unpred_bytes = n_unpred * itemsize
     buf_offsets = np.zeros(n_chunks + 1, np.int64)

@@ -90,7 +90,7 @@ def test_quantizer_matches_reference(dtype):
     eb = 0.01
     step = part.steps[-1]  # stride 1: odd points from the (exact) even ones
     passes, _ = part.passes(step)
-    encode_passes(x, codes, flat, np.array(part.shape, np.int64), pass_table(passes, [eb], [False]))
+    encode_passes(x, codes, flat, np.array(part.shape, np.int64), pass_table({0: passes}, {0: eb}, lambda i: False))
     odd = flat[1:-1:2]
     pred = 0.5 * (flat[0:-2:2].astype(np.float64) + flat[2::2].astype(np.float64))
     ref_codes, ref_rec = quantize_reference(odd, pred, eb)
@@ -105,10 +105,9 @@ def test_unpredictable_values_are_exact():
     codes = np.zeros(a.size, np.int32)
     encode_origin(x, codes, a, 1e-3)
     part = Partition(as_3d_shape(a.shape))
-    rows = []
-    for st in part.steps:
-        rows += part.passes(st)[0]
-    encode_passes(x, codes, a, np.array(part.shape, np.int64), pass_table(rows, [1e-3] * len(rows), [True] * len(rows)))
+    plan = part.plan_passes(None, len(part.steps) - 1)
+    encode_passes(x, codes, a, np.array(part.shape, np.int64),
+                  pass_table(plan, [1e-3] * len(part.steps), lambda i: True, part))
     assert (codes == UNPREDICTABLE).any()
     assert np.all((codes == UNPREDICTABLE) | (np.abs(codes.astype(np.int64) - RADIUS) < RADIUS))
     assert np.all(np.abs(x.astype(np.float64) - a) <= 1e-3)

@@ -128,7 +128,7 @@ def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None
         settings = choose(orig.reshape(a.shape), eb)
     header.order, header.flat = settings.order, settings.flat
     header.alpha8, header.beta8 = settings.alpha8, settings.beta8
-    part = Partition(as_3d_shape(a.shape), settings.order, settings.flat)
+    part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
     stages = part.num_levels + 2
     report(1, stages)
     header.cubic_mask = (1 << len(part.steps)) - 1 if settings.cubic else 0
@@ -152,15 +152,9 @@ def predict_all(orig: np.ndarray, part: Partition, header: LossyHeader) -> np.nd
     codes = np.empty(orig.size, dtype=np.int32)
     bounds = header.step_bounds(part.steps)
     encode_origin(x, codes, orig, bounds[0] if bounds else header.eb)
-    rows, eb, cubic, step_ids = [], [], [], []
-    for i, step in enumerate(part.steps):
-        passes, _ = part.passes(step)
-        rows += passes
-        eb += [bounds[i]] * len(passes)
-        cubic += [header.cubic(i)] * len(passes)
-        step_ids += [i] * len(passes)
+    plan = part.plan_passes(None, len(part.steps) - 1)
     encode_passes(x, codes, orig, np.array(part.shape, np.int64),
-                  pass_table(rows, eb, cubic, step_ids, part.shape))
+                  pass_table(plan, bounds, header.cubic, part, ("rows", "all")))
     return codes
 
 

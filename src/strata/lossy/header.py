@@ -62,7 +62,7 @@ class LossyHeader:
         return math.prod(self.shape)
 
     def partition(self) -> Partition:
-        return Partition(as_3d_shape(self.shape), self.order, self.flat)
+        return Partition.get(as_3d_shape(self.shape), self.order, self.flat)
 
     def step_bounds(self, steps: tuple[Step, ...]) -> list[float]:
         """Absolute error bound of each step (IEEE multiplications only: reproducible)."""

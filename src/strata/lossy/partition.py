@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -125,6 +125,12 @@ class Partition:
     order: Vec = (0, 1, 2)
     flat: tuple[bool, bool, bool] = (False, False, False)
 
+    @staticmethod
+    @lru_cache(maxsize=64)
+    def get(shape: Vec, order: Vec = (0, 1, 2), flat: tuple[bool, bool, bool] = (False, False, False)) -> Partition:
+        """A shared partition of ``shape``: its derived geometry is computed once per process."""
+        return Partition(tuple(int(n) for n in shape), tuple(order), tuple(bool(f) for f in flat))
+
     @cached_property
     def cache(self) -> dict:
         """Memo of derived per-level arrays (filled by the codec and reader)."""
@@ -205,6 +211,11 @@ class Partition:
     def plan_passes(self, box: Box | None, last_step: int, first_step: int = 0) -> dict[int, list[Pass]]:
         """Passes of steps ``first_step..last_step`` needed for the values of the step
         ``last_step`` grid inside ``box`` (all points when ``box`` is None), by step."""
+        if box is None:
+            key = ("plan", last_step, first_step)
+            if key not in self.cache:
+                self.cache[key] = {i: self.passes(self.steps[i])[0] for i in range(first_step, last_step + 1)}
+            return self.cache[key]
         out: dict[int, list[Pass]] = {}
         need = box
         for i in range(last_step, first_step - 1, -1):

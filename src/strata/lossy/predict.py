@@ -266,28 +266,39 @@ def _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, s
             _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width)
 
 
-def pass_table(passes, bounds, cubic, steps=None, shape=None):
+def pass_table(plan, bounds, cubic, part=None, key=None):
     """Arrays for the pass runners: one row per pass, with its bound and interpolation.
 
     Args:
-        passes: list of :class:`~strata.lossy.partition.Pass`, step after step.
-        bounds: error bound of each pass.
-        cubic: cubic (True) or linear (False) interpolation of each pass.
-        steps: step id of each pass (default: one step per pass, run pass by pass).
-        shape: internal 3D shape (needed with ``steps``, to check that a step can run
-            slab by slab).
+        plan: ``{step index: [Pass, ...]}``, run in increasing step order.
+        bounds: error bound of each step (indexable by step index).
+        cubic: interpolation of each step (callable ``cubic(step) -> bool``).
+        part: the partition; with ``key``, the geometry rows are memoized in ``part.cache``.
     """
-    steps = list(range(len(passes))) if steps is None else list(steps)
-    by_slab = {}
-    if shape is not None:
-        ax_s = 0 if shape[0] > 1 else (1 if shape[1] > 1 else 2)
-        axes: dict[int, list[int]] = {}
-        for p, st in zip(passes, steps):
-            axes.setdefault(st, []).append(p.axis)
-        by_slab = {st: ax_s not in a or a[0] == ax_s for st, a in axes.items()}
-    t = np.array([(p.axis, p.stride, *p.starts, *p.steps, *p.box.lo, *p.box.hi, st, by_slab.get(st, False))
-                  for p, st in zip(passes, steps)], dtype=np.int64).reshape(-1, 16)
-    return t, np.asarray(bounds, dtype=np.float64), np.asarray(cubic, dtype=np.bool_)
+    steps = sorted(plan)
+    if part is not None and key is not None and key in part.cache:
+        rows = part.cache[key]
+    else:
+        shape = part.shape if part is not None else None
+        rows = _rows(plan, steps, shape)
+        if part is not None and key is not None:
+            part.cache[key] = rows
+    counts = [len(plan[i]) for i in steps]
+    eb = np.repeat(np.array([bounds[i] for i in steps], dtype=np.float64), counts)
+    cub = np.repeat(np.array([bool(cubic(i)) for i in steps], dtype=np.bool_), counts)
+    return rows, eb, cub
+
+
+def _rows(plan, steps, shape):
+    """Geometry rows (see :func:`_sweep`); a step runs slab by slab when its pass along the
+    slab axis (if any) comes first."""
+    ax_s = None if shape is None else (0 if shape[0] > 1 else (1 if shape[1] > 1 else 2))
+    out = []
+    for i in steps:
+        axes = [p.axis for p in plan[i]]
+        by_slab = ax_s is not None and (ax_s not in axes or axes[0] == ax_s)
+        out += [(p.axis, p.stride, *p.starts, *p.steps, *p.box.lo, *p.box.hi, i, by_slab) for p in plan[i]]
+    return np.array(out, dtype=np.int64).reshape(-1, 16)
 
 
 _NO_CODES = np.empty(1, np.int32)

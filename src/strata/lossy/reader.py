@@ -257,30 +257,19 @@ class LossyReader:
         shape = np.array(part.shape, np.int64)
         self._decode_chunks(0, np.zeros(1, np.int64), x, codes)
         decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb)
-        decode_passes(x, codes, shape, self._base_table())
+        base_plan = part.plan_passes(None, part.base_steps - 1)
+        decode_passes(x, codes, shape, pass_table(base_plan, self._bounds, h.cubic, part, ("rows", "base")))
         for i in range(part.base_steps, len(part.steps)):
             if i not in step_passes:
                 break
             lv = i - part.base_steps + 1
-            passes = step_passes[i]
-            table = pass_table(passes, [self._bounds[i]] * len(passes), [h.cubic(i)] * len(passes),
-                               [i] * len(passes), part.shape)
+            table = pass_table({i: step_passes[i]}, self._bounds, h.cubic, part,
+                               ("rows", "step", i) if box is None else None)
             if lv <= level:
                 self._decode_chunks(lv, level_chunks[lv], x, codes)
                 decode_passes(x, codes, shape, table)
             else:
                 preview_passes(x, shape, table)
-
-    def _base_table(self):
-        part, h = self._part, self.header
-        rows, eb, cubic, step_ids = [], [], [], []
-        for i in range(part.base_steps):
-            passes, _ = part.passes(part.steps[i])
-            rows += passes
-            eb += [self._bounds[i]] * len(passes)
-            cubic += [h.cubic(i)] * len(passes)
-            step_ids += [i] * len(passes)
-        return pass_table(rows, eb, cubic, step_ids, part.shape)
 
     def _level_tables(self, lv: int) -> _LevelTables:
         if lv in self._tables:

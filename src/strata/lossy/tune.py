@@ -112,16 +112,13 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     shape = np.array(shape3, np.int64)
     first = max(0, n_steps - TRIAL_STEPS)
     # step by step (a step's passes read only coarser steps); the coarse steps once
-    rows, eb_rows, step_of = [], [], []
-    for i in range(n_steps):
-        for box_plan in (plans if i >= first else plans[:1]):
-            rows += box_plan[i]
-            eb_rows += [bounds[i]] * len(box_plan[i])
-            step_of += [i] * len(box_plan[i])
-    table = pass_table(rows, eb_rows, [settings.cubic] * len(rows), step_of, shape3)
+    merged = {i: [p for box_plan in (plans if i >= first else plans[:1]) for p in box_plan[i]]
+              for i in range(n_steps)}
+    table = pass_table(merged, bounds, lambda i: settings.cubic, part, ("rows", "trial", boxes is None))
+    step_of = table[0][:, 14].copy()
     encode_passes(x, codes, flat, shape, table)
     hist = np.zeros((n_steps, _CLIP + 2), np.int64)
-    _histogram(codes, shape, table[0], np.array(step_of, np.int64), hist)
+    _histogram(codes, shape, table[0], step_of, hist)
     unpred = hist[:, _CLIP + 1].astype(np.float64)
     hist = hist[:, :_CLIP + 1].astype(np.float64)
     bits = 0.0
@@ -156,11 +153,14 @@ def _histogram(codes, shape, table, step_of, hist):
 
 def plan(shape3, settings, boxes):
     """Partition and per-box pass plans (finest ``TRIAL_STEPS`` steps) of a candidate."""
-    part = Partition(tuple(shape3), settings.order, settings.flat)
-    last = len(part.steps) - 1
-    first = max(0, last + 1 - TRIAL_STEPS)
-    coarse = {i: part.passes(part.steps[i])[0] for i in range(first)}
-    return part, [{**coarse, **part.plan_passes(box, last, first)} for box in (boxes or [None])]
+    part = Partition.get(tuple(shape3), settings.order, settings.flat)
+    key = ("trial plans", boxes is None)
+    if key not in part.cache:
+        last = len(part.steps) - 1
+        first = max(0, last + 1 - TRIAL_STEPS)
+        coarse = part.plan_passes(None, first - 1) if first > 0 else {}
+        part.cache[key] = [{**coarse, **part.plan_passes(box, last, first)} for box in (boxes or [None])]
+    return part, part.cache[key]
 
 
 def choose(a: np.ndarray, eb: float):

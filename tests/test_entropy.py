@@ -119,7 +119,7 @@ def test_rans_round_trip_with_contexts(n, seed, skew):
     buf = np.zeros(2 * n + 8, np.uint8)
     pos = _encode(syms, ctx, freq, cum, buf)
     out = np.empty(n, np.int64)
-    state, end = _decode(buf, pos, ctx, tables.decode_table(freq), out)
+    state, end = _decode(buf, pos, ctx, tables.decode_table(freq, np.arange(n_ctx)), out)
     assert np.array_equal(out, syms)
     assert state == rans.RANS_L and end == buf.size
     # within 1% + a few bytes of the empirical conditional entropy
@@ -144,7 +144,7 @@ def test_rans_codes_highly_probable_symbols_below_one_bit():
 def test_decode_table_marks_unused_tables_invalid():
     freq = np.zeros((2, ALPHABET), np.int64)
     freq[0, 0] = tables.SCALE
-    d = tables.decode_table(freq)
+    d = tables.decode_table(freq, np.arange(2))
     assert np.all(d[1] == tables.INVALID_ENTRY)
     assert all(rans.entry_valid(np.int64(v)) for v in d[0][:5])
     assert not rans.entry_valid(np.int64(tables.INVALID_ENTRY))

@@ -187,10 +187,20 @@ def cumulative(freq: np.ndarray) -> np.ndarray:
 
 
 @njit(nogil=True, cache=True)
-def decode_table(freq):
-    """Packed decode table, uint32 ``(n_tables, SCALE)``: for each slot,
-    ``symbol | frequency << 7 | (slot - cumulative frequency) << 20``. Symbols must be below
-    127; the slots of an unused table hold symbol 127 with frequency 0 (invalid)."""
+def decode_table(freq, cmap):
+    """Packed decode table of each context, uint32 ``(len(cmap), SCALE)``: for each slot of
+    table ``cmap[ctx]``, ``symbol | frequency << 7 | (slot - cumulative frequency) << 20``.
+    Symbols must be below 127; the slots of an unused table hold symbol 127 with frequency 0
+    (invalid)."""
+    tabs = _decode_rows(freq)
+    out = np.empty((cmap.shape[0], SCALE), np.uint32)
+    for c in range(cmap.shape[0]):
+        out[c] = tabs[cmap[c]]
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _decode_rows(freq):
     n_t, n_s = freq.shape
     out = np.full((n_t, SCALE), INVALID_ENTRY, np.uint32)
     for t in range(n_t):

@@ -300,7 +300,7 @@ class LossyReader:
         np.cumsum(lens, out=offsets[1:])
         if offsets[-1] != entry.payload_len:
             raise CorruptStreamError(f"level {lv}: chunk lengths do not add up to the payload")
-        t = _LevelTables(cmap, tables.decode_table(freq)[cmap], offsets, crcs)
+        t = _LevelTables(cmap, tables.decode_table(freq, cmap), offsets, crcs)
         self._tables[lv] = t
         return t
 

@@ -27,7 +27,10 @@ from . import chunks, nonfinite
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
 from .partition import Partition, as_3d_shape
 from .predict import encode_origin, encode_passes, pass_table
-from .quantize import RADIUS
+from .quantize import RADIUS, UNPREDICTABLE
+
+#: Smallest average chunk (estimated bytes) for which a level gets half-size chunks.
+MIN_CHUNK_BYTES = 1200
 
 
 @dataclass(frozen=True)
@@ -158,22 +161,42 @@ def predict_all(orig: np.ndarray, part: Partition, header: LossyHeader) -> np.nd
     return codes
 
 
-def level_geometry(part: Partition, level: int):
+def level_geometry(part: Partition, level: int, tile: int | None = None):
     """Arrays the chunk kernels take: ``(shape, stride, refined, base, boxes)`` (cached)."""
-    key = ("geometry", level)
+    key = ("geometry", level, tile)
     if key not in part.cache:
         stride = part.level_stride(level)
         steps = part.level_steps(level)
         refined = (np.array(steps[0].refined, dtype=np.bool_) if level > 0
                    else np.ones(3, dtype=np.bool_))
         part.cache[key] = (np.array(part.shape, np.int64), np.array(stride, np.int64), refined, level == 0,
-                           part.chunk_boxes(level))
+                           part.chunk_boxes(level, tile))
     return part.cache[key]
+
+
+def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -> int:
+    """Chunk edge for ``level``: half the default when the level's estimated coded size
+    still gives every chunk at least ``MIN_CHUNK_BYTES`` (smaller chunks make region reads
+    cheaper; each chunk costs about a dozen bytes of index, checksum and coder state)."""
+    t = part.default_tile()
+    if level == 0:
+        return t
+    q = part.level_stride(level)
+    grid = codes.reshape(part.shape)[::q[0], ::q[1], ::q[2]].reshape(-1)
+    sample = grid[:: max(1, grid.size // 65536)]
+    unpred = np.count_nonzero(sample == UNPREDICTABLE)
+    cnt = np.bincount(np.minimum(np.abs(sample.astype(np.int64) - RADIUS), 4095))
+    cnt = cnt[cnt > 0].astype(np.float64)
+    bits = float((cnt * np.log2(cnt.sum() / cnt)).sum()) + unpred * 8 * itemsize
+    est_bytes = bits / 8 * part.level_points(level) / max(1, sample.size)
+    small = max(1, t // 2)
+    return small if est_bytes / part.chunk_boxes(level, small).shape[0] >= MIN_CHUNK_BYTES else t
 
 
 def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarray) -> tuple[bytes, bytes]:
     """Code one level: returns its head (tables, chunk index, CRC) and payload (chunks)."""
-    shape, stride, refined, base, boxes = level_geometry(part, level)
+    tile = choose_tile(part, level, codes, orig.dtype.itemsize)
+    shape, stride, refined, base, boxes = level_geometry(part, level, tile)
     sizes = chunks.chunk_sizes(boxes, refined, base)
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
@@ -204,7 +227,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     np.cumsum(lens, out=out_offsets[1:])
     payload = np.empty(int(out_offsets[-1]), np.uint8)
     chunks.assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, unpred_bytes, payload, out_offsets)
-    w = Writer().u8(group).blob(table_bytes).varint(n_chunks)
+    w = Writer().u8(group).u8(tile.bit_length() - 1).blob(table_bytes).varint(n_chunks)
     for ln in lens:
         w.varint(int(ln))
     pay = payload.tobytes()

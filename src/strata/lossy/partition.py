@@ -23,8 +23,9 @@ dimension-by-dimension interpolation, Zhao et al., ICDE'21, Sec. IV). Pass ``p``
 axes refined before it and a multiple of ``P`` on the others; it reads coarser points and
 points of earlier passes at distances ``Q[a]`` and ``3 Q[a]`` along ``a``.
 
-**Chunks.** Each level ``k >= 1`` is cut into boxes of about ``TILE`` grid points per axis,
-coded independently, so a region is decoded from the chunks it touches. Within a chunk the
+**Chunks.** Each level ``k >= 1`` is cut into boxes of about ``tile`` grid points per axis
+(``TILE``, or half of it for levels whose chunks would still be large; the encoder records the
+choice per level), coded independently, so a region is decoded from the chunks it touches. Within a chunk the
 level's points are listed in C (raster) order of their grid index. The base grid is one chunk.
 """
 from __future__ import annotations
@@ -223,24 +224,29 @@ class Partition:
         return out
 
     # ------------------------------------------------------------------ chunks
-    def tile_bounds(self, level: int) -> list[np.ndarray]:
-        """Per axis, the grid-index boundaries of the chunks of ``level``."""
+    def default_tile(self) -> int:
+        """Chunk edge in grid points for this many axes longer than 1 (:data:`TILE`)."""
+        return TILE[sum(n > 1 for n in self.shape)]
+
+    def tile_bounds(self, level: int, tile: int | None = None) -> list[np.ndarray]:
+        """Per axis, the grid-index boundaries of the chunks of ``level`` (about ``tile`` grid
+        points per axis; the base grid is one chunk)."""
         g = grid_shape(self.shape, self.level_stride(level))
         if level == 0:
             return [np.array([0, m], dtype=np.int64) for m in g]
-        t = TILE[sum(n > 1 for n in self.shape)]
+        t = tile or self.default_tile()
         out = []
         for m in g:
             nt = max(1, round(m / t))
             out.append(np.array([(j * m) // nt for j in range(nt + 1)], dtype=np.int64))
         return out
 
-    def chunk_boxes(self, level: int) -> np.ndarray:
+    def chunk_boxes(self, level: int, tile: int | None = None) -> np.ndarray:
         """Chunks of ``level``: int64 ``(n_chunks, 6)`` of grid-index ``lo0, hi0, lo1, hi1,
         lo2, hi2`` (grid of :meth:`level_stride`), in C order of the chunk grid."""
-        key = ("boxes", level)
+        key = ("boxes", level, tile)
         if key not in self.cache:
-            b = self.tile_bounds(level)
+            b = self.tile_bounds(level, tile)
             g = np.meshgrid(*[np.arange(len(x) - 1) for x in b], indexing="ij")
             cols = []
             for ax in range(3):
@@ -249,10 +255,10 @@ class Partition:
             self.cache[key] = np.stack(cols, axis=1).astype(np.int64)
         return self.cache[key]
 
-    def chunks_touching(self, level: int, box: Box) -> np.ndarray:
+    def chunks_touching(self, level: int, box: Box, tile: int | None = None) -> np.ndarray:
         """Indices of the chunks of ``level`` that hold grid points inside ``box``."""
         stride = self.level_stride(level)
-        b = self.tile_bounds(level)
+        b = self.tile_bounds(level, tile)
         sel = []
         for ax in range(3):
             g_lo = -(-box.lo[ax] // stride[ax])
@@ -263,11 +269,11 @@ class Partition:
         idx = (sel[0][:, None, None] * n[1] + sel[1][None, :, None]) * n[2] + sel[2][None, None, :]
         return idx.ravel()
 
-    def chunk_hull(self, level: int, chunks: np.ndarray) -> Box | None:
+    def chunk_hull(self, level: int, chunks: np.ndarray, tile: int | None = None) -> Box | None:
         """Full-resolution box covering the given chunks of ``level``."""
         if len(chunks) == 0:
             return None
-        boxes = self.chunk_boxes(level)[chunks]
+        boxes = self.chunk_boxes(level, tile)[chunks]
         stride = self.level_stride(level)
         lo = tuple(int(boxes[:, 2 * a].min()) * stride[a] for a in range(3))
         hi = tuple(min(self.shape[a], (int(boxes[:, 2 * a + 1].max()) - 1) * stride[a] + 1)

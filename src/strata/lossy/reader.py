@@ -51,8 +51,8 @@ class LevelInfo:
 
 
 class _LevelTables:
-    def __init__(self, cmap, dtab, offsets, crcs):
-        self.cmap, self.dtab = cmap, dtab
+    def __init__(self, cmap, tile, dtab, offsets, crcs):
+        self.cmap, self.tile, self.dtab = cmap, tile, dtab
         self.offsets, self.crcs = offsets, crcs
 
 
@@ -237,16 +237,17 @@ class LossyReader:
         level_chunks: dict[int, np.ndarray] = {}
         need_codes = None
         for lv in range(level, 0, -1):
+            tile = self._level_tables(lv).tile
             if box is None:
-                level_chunks[lv] = np.arange(part.chunk_boxes(lv).shape[0])
+                level_chunks[lv] = np.arange(part.chunk_boxes(lv, tile).shape[0])
                 continue
             passes = step_passes[part.base_steps + lv - 1]
             cbox = passes[0].box
             if need_codes is not None:
                 cbox = cbox.hull(need_codes)
-            ids = part.chunks_touching(lv, cbox)
+            ids = part.chunks_touching(lv, cbox, tile)
             level_chunks[lv] = ids
-            hull = part.chunk_hull(lv, ids)
+            hull = part.chunk_hull(lv, ids, tile)
             need_codes = hull if need_codes is None or hull is None else hull.hull(need_codes)
         return step_passes, level_chunks
 
@@ -284,15 +285,19 @@ class LossyReader:
         if group >= len(chunks.CONTEXT_GROUPS):
             raise CorruptStreamError(f"level {lv}: unknown context grouping {group}")
         cmap = chunks.CONTEXT_GROUPS[group]
+        tile_log2 = r.u8()
+        if tile_log2 > 20:
+            raise CorruptStreamError(f"level {lv}: chunk edge 2**{tile_log2} out of range")
+        tile = 1 << tile_log2
         n_tables = int(cmap.max()) + 1
         counts = tables.deserialize(r.blob(len(head)), n_tables, ALPHABET)
         freq = tables.normalize(counts)
         if freq.min(initial=0) < 0:
             raise CorruptStreamError(f"level {lv}: invalid frequency table")
         n_chunks = r.varint(len(head))
-        if n_chunks != self._part.chunk_boxes(lv).shape[0]:
-            raise CorruptStreamError(f"level {lv}: {n_chunks} chunks listed, the shape has "
-                                     f"{self._part.chunk_boxes(lv).shape[0]}")
+        expected = self._part.chunk_boxes(lv, tile).shape[0]
+        if n_chunks != expected:
+            raise CorruptStreamError(f"level {lv}: {n_chunks} chunks listed, the shape has {expected}")
         lens = np.array([r.varint(entry.payload_len) for _ in range(n_chunks)], dtype=np.int64)
         crcs = [r.u32() for _ in range(n_chunks)]
         r.done()
@@ -300,7 +305,7 @@ class LossyReader:
         np.cumsum(lens, out=offsets[1:])
         if offsets[-1] != entry.payload_len:
             raise CorruptStreamError(f"level {lv}: chunk lengths do not add up to the payload")
-        t = _LevelTables(cmap, tables.decode_table(freq, cmap), offsets, crcs)
+        t = _LevelTables(cmap, tile, tables.decode_table(freq, cmap), offsets, crcs)
         self._tables[lv] = t
         return t
 
@@ -329,7 +334,7 @@ class LossyReader:
             pos += int(b - a)
             j = k + 1
         payload = np.frombuffer(parts[0], np.uint8) if len(parts) == 1 else np.frombuffer(b"".join(parts), np.uint8)
-        shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv)
+        shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv, t.tile)
         errors = np.zeros(len(ids), np.int64)
         chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
                       base_flag, boxes, t.dtab, errors)

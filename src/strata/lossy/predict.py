@@ -246,6 +246,8 @@ def _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, s
     row = i0 * mem0 + i1 * n2 + f2
     # off axis 2 the rule is the same along the whole row; on it, interior points are cubic
     rule = _rule(i0 if axis == 0 else i1, n_axis, s, cub) if axis != 2 else -1
+    if mode == 2 and rule == _EXTRAP_QUAD:
+        rule = _EXTRAP_LINEAR  # a preview compounds extrapolation over the levels it skips
     if rule == _CUBIC:
         for k in range(k0, k1):
             idx = row + k * st2
@@ -262,7 +264,8 @@ def _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, s
                 pred = (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
                         - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
             else:
-                pred = _apply(x, idx, d1, _rule(i, n_axis, s, cub))
+                r = _rule(i, n_axis, s, cub)
+                pred = _apply(x, idx, d1, _EXTRAP_LINEAR if mode == 2 and r == _EXTRAP_QUAD else r)
             _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width)
 
 

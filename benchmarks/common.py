@@ -5,7 +5,6 @@ import gc
 import os
 import platform
 import statistics
-import threading
 import time
 from pathlib import Path
 
@@ -38,35 +37,45 @@ def timed(fn, repeats: int):
     return statistics.median(times), res
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak_memory(fn) -> tuple[int, object]:
-    """Peak growth of the resident set size (bytes) while ``fn`` runs, sampled every 0.5 ms
-    (catches C allocations that tracemalloc does not see), and ``fn``'s result."""
-    gc.collect()
-    base = _rss()
-    peak = [base]
-    done = threading.Event()
-
-    def watch():
-        while not done.is_set():
-            peak[0] = max(peak[0], _rss())
-            time.sleep(0.0005)
-
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    try:
-        res = fn()
-    finally:
-        done.set()
-        t.join()
-    peak[0] = max(peak[0], _rss())
-    return peak[0] - base, res
-
-
 def geomean(values) -> float:
     v = np.asarray(list(values), dtype=np.float64)
     return float(np.exp(np.mean(np.log(v)))) if v.size else float("nan")
+
+
+_CHILD = """
+import resource, sys, numpy as np
+sys.path.insert(0, {bench!r})
+from lossy_vs_anchors import codecs
+from strata.inputs import read_array
+a = read_array({path!r}); eb = {rel!r} * float(np.ptp(a))
+comp, decomp, _ = codecs()[{codec!r}]
+w = np.random.default_rng(0).standard_normal((16,) * a.ndim).astype(a.dtype)
+decomp(comp(w, 0.1), w)  # warm-up on a tiny array: loads compiled kernels, leaves no big buffers
+if {op!r} == "save":
+    open({blob!r}, "wb").write(comp(a, eb))
+    sys.exit()
+blob = open({blob!r}, "rb").read() if {op!r} == "decomp" else None
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = comp(a, eb) if {op!r} == "comp" else decomp(blob, a)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(max(0, after - before) * 1024)
+"""
+
+
+def fresh_peak(path, codec: str, op: str, rel: float) -> int:
+    """Peak resident memory (bytes) an operation adds in a fresh process, beyond the input,
+    the imports and a warm-up on a tiny array (``ru_maxrss``; includes C allocations and the
+    output). For decompression the compressed input is made first and counts as input."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        def child(what):
+            code = _CHILD.format(bench=str(Path(__file__).resolve().parent), path=str(path), rel=rel,
+                                 codec=codec, op=what, blob=str(Path(tmp) / "blob"))
+            return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+        if op == "decomp":  # the compressed input comes from another process
+            child("save")
+        return int(child(op).strip().splitlines()[-1])

@@ -239,6 +239,20 @@ _DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z 
 
 
 @njit(nogil=True, cache=True)
+def read_varints(buf, pos, n):
+    """``n`` varints from ``buf[pos:]``: ``(values, position after them)``; position -1 if the
+    bytes run out or a value is malformed."""
+    out = np.empty(n, np.int64)
+    end = buf.shape[0]
+    for i in range(n):
+        v, pos = _varint(buf, pos, end)
+        if v < 0:
+            return out, -1
+        out[i] = v
+    return out, pos
+
+
+@njit(nogil=True, cache=True)
 def _escape(idx, payload, io, codes, out_bytes, itemsize, end):
     """An unpredictable value: copy its stored bytes (position ``io[0]``) to the output.
     Returns False when the value is missing."""

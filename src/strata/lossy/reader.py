@@ -298,8 +298,11 @@ class LossyReader:
         expected = self._part.chunk_boxes(lv, tile).shape[0]
         if n_chunks != expected:
             raise CorruptStreamError(f"level {lv}: {n_chunks} chunks listed, the shape has {expected}")
-        lens = np.array([r.varint(entry.payload_len) for _ in range(n_chunks)], dtype=np.int64)
-        crcs = [r.u32() for _ in range(n_chunks)]
+        lens, used = chunks.read_varints(np.frombuffer(head, np.uint8), r.pos, n_chunks)
+        if used < 0:
+            raise CorruptStreamError(f"level {lv}: truncated or malformed chunk lengths")
+        r.pos = used
+        crcs = np.frombuffer(r.raw(4 * n_chunks), "<u4").tolist()
         r.done()
         offsets = np.zeros(n_chunks + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])

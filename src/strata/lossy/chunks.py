@@ -52,18 +52,6 @@ def _mag(c):
 
 
 @njit(inline="always")
-def _context(codes, idx, g0, g1, g2, lo0, lo1, lo2, d0, d1, d2):
-    c = 0
-    if g0 > lo0:
-        c += 9 * _mag(codes[idx - d0])
-    if g1 > lo1:
-        c += 3 * _mag(codes[idx - d1])
-    if g2 > lo2:
-        c += _mag(codes[idx - d2])
-    return c
-
-
-@njit(inline="always")
 def _row(g0, g1, lo2, r0, r1, r2, base):
     """First index and step along axis 2 of the level's points in row ``(g0, g1)``;
     step 0 means the row holds none."""
@@ -97,6 +85,30 @@ def chunk_sizes(boxes, refined, base):
 _HIST_WAYS = 4
 
 
+@njit(nogil=True, cache=True)
+def _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base):
+    """The chunk's grid of magnitude classes with a zero border on the low side of each axis
+    (``(h0 + 1) * (h1 + 1) * (h2 + 1)``, uint8), holding the classes of the coarser points
+    inside the chunk; contexts read from it, encoder and decoder alike."""
+    h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
+    p1 = h2 + 1
+    p0 = (h1 + 1) * p1
+    mags = np.zeros((h0 + 1) * p0, np.uint8)
+    if base:
+        return mags
+    for a in range(h0):
+        for b in range(h1):
+            f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+            if st == 1:
+                continue
+            row = (lo0 + a) * d0 + (lo1 + b) * d1
+            q = (a + 1) * p0 + (b + 1) * p1 + 1
+            g_first = lo2 + ((lo2 & 1) if st == 2 else 0)
+            for g2 in range(g_first, hi2, 2 if st == 2 else 1):
+                mags[q + g2 - lo2] = _mag(codes[row + g2 * d2])
+    return mags
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
             n_unpred):
@@ -114,7 +126,11 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
     r0, r1, r2 = refined[0], refined[1], refined[2]
     for c in prange(boxes.shape[0]):
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-        local = np.zeros((_HIST_WAYS, N_CONTEXTS, ALPHABET), np.int32)
+        h1, h2 = hi1 - lo1, hi2 - lo2
+        p1 = h2 + 1
+        p0 = (h1 + 1) * p1
+        mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
+        local = np.zeros(_HIST_WAYS * N_CONTEXTS * ALPHABET, np.int32)
         k = offsets[c]
         nu = 0
         acc = np.int64(0)
@@ -125,29 +141,36 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
                 f, st = _row(g0, g1, lo2, r0, r1, r2, base)
                 if st == 0:
                     continue
-                row = g0 * d0 + g1 * d1
-                for g2 in range(f, hi2, st):
-                    idx = row + g2 * d2
-                    ctx = _context(codes, idx, g0, g1, g2, lo0, lo1, lo2, d0, d1, d2)
+                idx = g0 * d0 + g1 * d1 + f * d2
+                p = (g0 - lo0 + 1) * p0 + (g1 - lo1 + 1) * p1 + 1 + (f - lo2)
+                for _ in range(f, hi2, st):
+                    ctx = 9 * mags[p - p0] + 3 * mags[p - p1] + mags[p - 1]
                     code = codes[idx]
                     if code == UNPREDICTABLE:
                         sym = ESCAPE
                         nu += 1
+                        mags[p] = 2
                     else:
-                        sym, nbits, extra = to_symbol(zigzag(np.int64(code) - RADIUS))
-                        if nbits > 0:
+                        z = zigzag(np.int64(code) - RADIUS)
+                        if z < DIRECT:
+                            sym = z
+                        else:
+                            sym, nbits, extra = to_symbol(z)
                             acc, nacc, pos = rans.bits_put(acc, nacc, raw, pos, extra, nbits)
+                        mags[p] = _mag_of_symbol(sym)
                     syms[k] = sym
                     ctxs[k] = ctx
-                    local[k & (_HIST_WAYS - 1), ctx, sym] += 1
+                    local[((k & (_HIST_WAYS - 1)) * N_CONTEXTS + ctx) * ALPHABET + sym] += 1
                     k += 1
+                    p += st
+                    idx += st * d2
         pos = rans.bits_flush(acc, nacc, raw, pos)
         n_raw[c] = pos - raw_offsets[c]
         n_unpred[c] = nu
         for w in range(_HIST_WAYS):
             for t in range(N_CONTEXTS):
                 for s_ in range(ALPHABET):
-                    hist[c, t, s_] += local[w, t, s_]
+                    hist[c, t, s_] += local[(w * N_CONTEXTS + t) * ALPHABET + s_]
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -375,21 +398,7 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
             continue
         r_end = pos + n_r
         x_end = r_end + n_x
-        # magnitude grid with a zero border; coarser points' classes from the code array
-        p1 = h2 + 1
-        p0 = (h1 + 1) * p1
-        mags = np.zeros((h0 + 1) * p0, np.uint8)
-        if not base:
-            for a in range(h0):
-                for b in range(h1):
-                    f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
-                    if st == 1:
-                        continue
-                    row = (lo0 + a) * d0 + (lo1 + b) * d1
-                    q = (a + 1) * p0 + (b + 1) * p1 + 1
-                    g_first = lo2 + ((lo2 & 1) if st == 2 else 0)
-                    for g2 in range(g_first, hi2, 2 if st == 2 else 1):
-                        mags[q + g2 - lo2] = _mag(codes[row + g2 * d2])
+        mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
         io = np.zeros(1, np.int64)
         io[0] = x_end
         ok, rpos, state, x_pos = _decode_chunk(payload, pos, r_end, x_end, end, dtab, mags, codes, out_bytes,

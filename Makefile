@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test bench clean clean-cache
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,5 +22,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/lossy_vs_anchors.py
 
-clean:
+# numba's on-disk cache tracks each kernel's own file only: after editing a module whose
+# inlined functions or constants other kernels use, drop the cache.
+clean-cache:
+	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
+
+clean: clean-cache
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache demo/out

@@ -11,6 +11,7 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
+from numba import parallel_chunksize
 
 from ..container import KIND_LOSSY, Reader, Source, SourceLike, check_crc, unpack_header
 from ..entropy import tables
@@ -339,8 +340,9 @@ class LossyReader:
         payload = np.frombuffer(parts[0], np.uint8) if len(parts) == 1 else np.frombuffer(b"".join(parts), np.uint8)
         shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv, t.tile)
         errors = np.zeros(len(ids), np.int64)
-        chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
-                      base_flag, boxes, t.dtab, errors)
+        with parallel_chunksize(1):
+            chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
+                          base_flag, boxes, t.dtab, errors)
         bad = np.nonzero(errors)[0]
         if len(bad):
             j = int(bad[0])

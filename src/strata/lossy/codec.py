@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
 
 import numpy as np
 from numba import parallel_chunksize
@@ -29,27 +28,10 @@ from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
 from .partition import Partition, as_3d_shape
 from .predict import encode_origin, encode_passes, pass_table
 from .quantize import RADIUS, UNPREDICTABLE
+from .tune import Settings, choose
 
 #: Smallest average chunk (estimated bytes) for which a level gets half-size chunks.
 MIN_CHUNK_BYTES = 1200
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Predictor settings (chosen by :func:`strata.lossy.tune.choose` by default).
-
-    Attributes:
-        order: axis order of the passes within a step.
-        flat: axes refined to stride 1 first (stacks of unlike 2D fields).
-        alpha8, beta8: level-wise bound factors times 8 (SZ3's alpha, beta; 8 = 1.0).
-        cubic: cubic interpolation (True) or linear.
-    """
-
-    order: tuple[int, int, int] = (0, 1, 2)
-    flat: tuple[bool, bool, bool] = (False, False, False)
-    alpha8: int = 8
-    beta8: int = 8
-    cubic: bool = True
 
 
 def validate_array(array) -> np.ndarray:
@@ -118,8 +100,6 @@ def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None
     A bound of 0 gives a lossless round trip (at a poor ratio). NaN and +-Inf are restored
     bit-exactly.
     """
-    from .tune import choose
-
     a = validate_array(array)
     mode, value, eb = absolute_bound(a, abs_error, rel_error)
     header = LossyHeader(a.shape, a.dtype, mode, value, eb)

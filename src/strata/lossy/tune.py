@@ -16,6 +16,7 @@ to the step's size, plus the unpredictable values' bits.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
@@ -23,6 +24,25 @@ from numba import njit
 from .partition import Box, Partition, as_3d_shape
 from .predict import _first, encode_origin, encode_passes, pass_table
 from .quantize import RADIUS, UNPREDICTABLE
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Predictor settings (chosen by :func:`strata.lossy.tune.choose` by default).
+
+    Attributes:
+        order: axis order of the passes within a step.
+        flat: axes refined to stride 1 first (stacks of unlike 2D fields).
+        alpha8, beta8: level-wise bound factors times 8 (SZ3's alpha, beta; 8 = 1.0).
+        cubic: cubic interpolation (True) or linear.
+    """
+
+    order: tuple[int, int, int] = (0, 1, 2)
+    flat: tuple[bool, bool, bool] = (False, False, False)
+    alpha8: int = 8
+    beta8: int = 8
+    cubic: bool = True
+
 
 #: Sampled fraction of the values (at least one box, at most ``MAX_BOXES``).
 SAMPLE_FRACTION = 0.01
@@ -46,8 +66,6 @@ def candidates(a3: np.ndarray) -> list:
     An axis is a flat candidate when it is short and the data vary across it far more than
     along the other axes (mean absolute difference of neighbours, ``ROUGH_RATIO`` times).
     """
-    from .codec import Settings
-
     flats = [(False, False, False)]
     rough = roughness(a3)
     for d, n in enumerate(a3.shape):
@@ -165,8 +183,6 @@ def plan(shape3, settings, boxes):
 
 def choose(a: np.ndarray, eb: float):
     """Settings for compressing ``a`` (float array) with absolute bound ``eb``."""
-    from .codec import Settings
-
     shape3 = as_3d_shape(a.shape)
     cands = candidates(a.reshape(shape3))
     if eb == 0 or len(cands) == 1:

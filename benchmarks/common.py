@@ -43,7 +43,9 @@ def geomean(values) -> float:
 
 
 _CHILD = """
-import resource, sys, numpy as np
+import sys, numpy as np
+def hwm():  # this process's peak resident set (kB); ru_maxrss would start at the parent's size
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
 sys.path.insert(0, {bench!r})
 from lossy_vs_anchors import codecs
 from strata.inputs import read_array
@@ -55,16 +57,16 @@ if {op!r} == "save":
     open({blob!r}, "wb").write(comp(a, eb))
     sys.exit()
 blob = open({blob!r}, "rb").read() if {op!r} == "decomp" else None
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = hwm()
 out = comp(a, eb) if {op!r} == "comp" else decomp(blob, a)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = hwm()
 print(max(0, after - before) * 1024)
 """
 
 
 def fresh_peak(path, codec: str, op: str, rel: float) -> int:
     """Peak resident memory (bytes) an operation adds in a fresh process, beyond the input,
-    the imports and a warm-up on a tiny array (``ru_maxrss``; includes C allocations and the
+    the imports and a warm-up on a tiny array (``VmHWM``; includes C allocations and the
     output). For decompression the compressed input is made first and counts as input."""
     import subprocess
     import sys

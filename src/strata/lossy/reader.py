@@ -145,7 +145,8 @@ class LossyReader:
         self.close()
 
     # ------------------------------------------------------------------ decoding
-    def read(self, level: int | None = None, region=None, *, full_resolution: bool = True) -> np.ndarray:
+    def read(self, level: int | None = None, region=None, *, full_resolution: bool = True,
+             progress=None) -> np.ndarray:
         """Decode the data.
 
         Args:
@@ -157,6 +158,7 @@ class LossyReader:
                 the full-resolution array; only the chunks it needs are read and decoded.
                 The result equals the same selection of a full decode, bit for bit.
             full_resolution: see ``level``.
+            progress: optional callable ``progress(done, total)`` called after each level.
 
         Returns:
             ndarray of the stream's dtype.
@@ -184,7 +186,7 @@ class LossyReader:
             return np.empty(self.shape, self.dtype)[region]
         x = np.empty(part.points((1, 1, 1)), dtype=self.dtype)
         codes = np.empty(x.size, dtype=np.int32)
-        self._decode(x, codes, level, box, full_resolution)
+        self._decode(x, codes, level, box, full_resolution, progress or (lambda done, total: None))
         if h.nonfinite_len:
             nonfinite.restore(self._src.read(self._nf_offset, h.nonfinite_len, "non-finite section"), x)
         if not full_resolution:
@@ -252,7 +254,7 @@ class LossyReader:
             need_codes = hull if need_codes is None or hull is None else hull.hull(need_codes)
         return step_passes, level_chunks
 
-    def _decode(self, x, codes, level, box, full_resolution):
+    def _decode(self, x, codes, level, box, full_resolution, report):
         part, h = self._part, self.header
         step_passes, level_chunks = self._plan(level, box, full_resolution)
         # base grid: one chunk, every step
@@ -261,6 +263,8 @@ class LossyReader:
         decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb)
         base_plan = part.plan_passes(None, part.base_steps - 1)
         decode_passes(x, codes, shape, pass_table(base_plan, self._bounds, h.cubic, part, ("rows", "base")))
+        total = len(step_passes) + 1
+        report(1, total)
         for i in range(part.base_steps, len(part.steps)):
             if i not in step_passes:
                 break
@@ -272,6 +276,7 @@ class LossyReader:
                 decode_passes(x, codes, shape, table)
             else:
                 preview_passes(x, shape, table)
+            report(i - part.base_steps + 2, total)
 
     def _level_tables(self, lv: int) -> _LevelTables:
         if lv in self._tables:

@@ -124,7 +124,7 @@ def decode_advance(state, buf, pos, end, entry):
     Returns ``(state, pos)``; reading past ``end`` feeds zero bytes (the caller checks
     that the stream was consumed exactly).
     """
-    state = ((entry >> 7) & 0x1FFF) * (state >> SCALE_BITS) + (entry >> 20)
+    state = ((entry >> 8) & 0xFFF) * (state >> SCALE_BITS) + (entry >> 20)
     while state < RANS_L:
         b = buf[pos] if pos < end else 0
         pos += 1
@@ -135,13 +135,13 @@ def decode_advance(state, buf, pos, end, entry):
 @njit(inline="always")
 def entry_symbol(entry):
     """Symbol of a packed decode-table entry."""
-    return entry & 0x7F
+    return entry & 0xFF
 
 
 @njit(inline="always")
 def entry_valid(entry):
     """False for the slots of an unused table."""
-    return (entry >> 7) & 0x1FFF != 0
+    return (entry >> 8) & 0xFFF != 0
 
 
 @njit(inline="always")

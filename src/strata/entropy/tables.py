@@ -8,9 +8,9 @@ encoder and decoder normalize that approximation with the same integer arithmeti
 agree bit for bit on every platform. The approximation costs a fraction of a percent of the
 coded size; its benefit is a table of one byte per symbol.
 
-Serialized form of a group of tables (see ``docs/format.md``): for each table, one byte
-``k`` = one plus the largest present symbol (0 for an unused table), then ``k`` bytes, the
-codes of the approximated counts.
+Serialized form of a group of tables (see ``docs/format.md``): for each table, a varint
+``(span << 1) | has_first``, the first present symbol as a varint if ``has_first``, then
+``span`` bytes, the codes of the approximated counts of the symbols from the first one on.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from ..errors import CorruptStreamError
 
 SCALE_BITS = 11
 SCALE = 1 << SCALE_BITS
-#: Decode-table entry of an unused table's slots (symbol 127, frequency 0).
-INVALID_ENTRY = 127
+#: Decode-table entry of an unused table's slots (symbol 255, frequency 0).
+INVALID_ENTRY = 255
 _MANT = 4  # mantissa bits of the approximate count
 _MAX_COUNT_BITS = 19  # counts below 2**19 have codes below 256
 
@@ -120,20 +120,36 @@ def normalize(counts):
     return freq
 
 
+def _spans(codes: np.ndarray):
+    """Per row: (first, one past the last) present symbol; (0, 0) for an empty row."""
+    present = codes != 0
+    any_ = present.any(axis=1)
+    first = np.where(any_, np.argmax(present, axis=1), 0)
+    last = np.where(any_, codes.shape[1] - np.argmax(present[:, ::-1], axis=1), 0)
+    return first, last
+
+
 def serialize(counts: np.ndarray) -> bytes:
     """Approximate, serialized form of ``counts`` (int64 ``(n_tables, n_symbols)``,
-    ``n_symbols <= 255``)."""
+    ``n_symbols <= 256``). Per table: varint ``(span << 1) | has_first``, varint ``first`` if
+    ``has_first``, then ``span`` bytes: the codes of symbols ``first .. first + span - 1``."""
     codes = approx_code(np.asarray(counts, dtype=np.int64)).astype(np.uint8)
-    present = codes != 0
-    k = np.where(present.any(axis=1), codes.shape[1] - np.argmax(present[:, ::-1], axis=1), 0)
-    return b"".join(bytes([int(kt)]) + codes[t, :kt].tobytes() for t, kt in enumerate(k))
+    first, last = _spans(codes)
+    out = bytearray()
+    for t in range(codes.shape[0]):
+        f, span = int(first[t]), int(last[t] - first[t])
+        _varint(out, (span << 1) | (f > 0))
+        if f > 0:
+            _varint(out, f)
+        out += codes[t, f:f + span].tobytes()
+    return bytes(out)
 
 
-def serialized_size(counts: np.ndarray) -> int:
-    """Length of :func:`serialize` output, without building it."""
-    present = np.asarray(counts) > 0
-    k = np.where(present.any(axis=1), present.shape[1] - np.argmax(present[:, ::-1], axis=1), 0)
-    return int(k.sum() + len(k))
+def _varint(out: bytearray, v: int) -> None:
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
 
 
 def deserialize(buf, n_tables: int, n_symbols: int) -> np.ndarray:
@@ -146,17 +162,31 @@ def deserialize(buf, n_tables: int, n_symbols: int) -> np.ndarray:
     buf = memoryview(buf).cast("B")
     pos = 0
     for t in range(n_tables):
-        if pos >= len(buf):
-            raise CorruptStreamError("truncated frequency tables")
-        k = buf[pos]
-        pos += 1
-        if k > n_symbols or pos + k > len(buf):
+        h, pos = _get_varint(buf, pos)
+        first = 0
+        if h & 1:
+            first, pos = _get_varint(buf, pos)
+        span = h >> 1
+        if first + span > n_symbols or pos + span > len(buf):
             raise CorruptStreamError("frequency table larger than the alphabet or truncated")
-        codes[t, :k] = np.frombuffer(buf[pos:pos + k], dtype=np.uint8)
-        pos += k
+        codes[t, first:first + span] = np.frombuffer(buf[pos:pos + span], dtype=np.uint8)
+        pos += span
     if pos != len(buf):
         raise CorruptStreamError("trailing bytes after the frequency tables")
     return approx_value(codes)
+
+
+def _get_varint(buf, pos: int) -> tuple[int, int]:
+    v = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise CorruptStreamError("truncated or malformed frequency tables")
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return v, pos
+        shift += 7
 
 
 @njit(nogil=True, cache=True)
@@ -166,16 +196,20 @@ def cost_bits(counts):
     bits = 0.0
     for t in range(counts.shape[0]):
         tot = 0
+        first = -1
         k = 0
         for s_ in range(counts.shape[1]):
             tot += counts[t, s_]
             if counts[t, s_] > 0:
                 k = s_ + 1
+                if first < 0:
+                    first = s_
         for s_ in range(k):
             c = counts[t, s_]
             if c > 0:
                 bits += c * np.log2(tot / c)
-        bits += 8 * (k + 1)
+        span = k - max(first, 0)
+        bits += 8 * (span + 1 + (first > 0) + (span >= 64))
     return bits
 
 
@@ -189,9 +223,9 @@ def cumulative(freq: np.ndarray) -> np.ndarray:
 @njit(nogil=True, cache=True)
 def decode_table(freq, cmap):
     """Packed decode table of each context, uint32 ``(len(cmap), SCALE)``: for each slot of
-    table ``cmap[ctx]``, ``symbol | frequency << 7 | (slot - cumulative frequency) << 20``.
-    Symbols must be below 127; the slots of an unused table hold symbol 127 with frequency 0
-    (invalid)."""
+    table ``cmap[ctx]``, ``symbol | frequency << 8 | (slot - cumulative frequency) << 20``
+    (symbols below 256, ``SCALE_BITS <= 11``); the slots of an unused table hold symbol 255
+    with frequency 0 (invalid)."""
     tabs = _decode_rows(freq)
     out = np.empty((cmap.shape[0], SCALE), np.uint32)
     for c in range(cmap.shape[0]):
@@ -212,6 +246,6 @@ def _decode_rows(freq):
         slot = 0
         for s in range(n_s):
             for b in range(freq[t, s]):
-                out[t, slot] = s | (freq[t, s] << 7) | (b << 20)
+                out[t, slot] = s | (freq[t, s] << 8) | (b << 20)
                 slot += 1
     return out

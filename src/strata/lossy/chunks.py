@@ -325,7 +325,7 @@ def _decode_chunk(payload, pos, r_end, x_end, end, dtab, mags, codes, out_bytes,
                 prev = 0
                 for _ in range(f, lo2 + h2):
                     entry = np.int64(dtab[9 * mags[p - p0] + 3 * mags[p - p1] + prev, state & _SLOT_MASK])
-                    sym = entry & 0x7F
+                    sym = entry & 0xFF
                     if sym < DIRECT:
                         state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
                         codes[idx] = _DIRECT_CODES[sym]
@@ -349,7 +349,7 @@ def _decode_chunk(payload, pos, r_end, x_end, end, dtab, mags, codes, out_bytes,
                 # the previous point of the row is coarser: its class is in the grid
                 for _ in range(f, lo2 + h2, 2):
                     entry = np.int64(dtab[9 * mags[p - p0] + 3 * mags[p - p1] + mags[p - 1], state & _SLOT_MASK])
-                    sym = entry & 0x7F
+                    sym = entry & 0xFF
                     if sym < DIRECT:
                         state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
                         codes[idx] = _DIRECT_CODES[sym]

@@ -4,6 +4,9 @@
     strata decompress INPUT [-o OUT.npy|OUT.f32|OUT.f64] [--level K] [--region SPEC]
     strata info INPUT
     strata extract INPUT -o OUT [--level K [--grid]] [--region SPEC]
+    strata ckpt compress MODEL.safetensors [-o OUT] [--base EARLIER.strata]
+    strata ckpt decompress CKPT.strata -o MODEL.safetensors
+    strata ckpt info CKPT.strata
 
 Inputs: raw ``NAME_D0xD1xD2.f32/.f64`` (SDRBench naming; or ``--shape``), ``.npy``, or a
 variable of a NetCDF/HDF5 file (``--var``). Outputs are written atomically. A region is
@@ -178,6 +181,85 @@ def info(input):
                            f"  {lv.compressed_bytes:10d}  {lv.points:10d}")
     except StrataError as exc:
         _fail(exc)
+
+
+@main.group()
+def ckpt():
+    """Lossless compression of checkpoints (safetensors files, strata checkpoints)."""
+
+
+@ckpt.command("compress")
+@click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="output checkpoint (default: INPUT.strata)")
+@click.option("--base", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="an earlier strata checkpoint of the same model (same folder): store the XOR delta")
+def ckpt_compress(input, output, base):
+    """Compress a .safetensors file losslessly (optionally as a delta against --base)."""
+    from .checkpoint import compress_safetensors
+
+    output = output or input.with_name(input.name + ".strata")
+    t = time.perf_counter()
+    try:
+        with _Steps(input.stat().st_size, "compress"):
+            compress_safetensors(input, output, base=base)
+    except StrataError as exc:
+        _fail(exc)
+    t = time.perf_counter() - t
+    n, c = input.stat().st_size, output.stat().st_size
+    click.echo(f"{input.name} -> {output} ({c} bytes, ratio {n / c:.4f}, {n / 2**30 / t:.2f} GiB/s)")
+
+
+@ckpt.command("decompress")
+@click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="the .safetensors file to rebuild (byte-identical to the original)")
+def ckpt_decompress(input, output):
+    """Rebuild the original .safetensors file from a strata checkpoint."""
+    from .checkpoint import decompress_safetensors
+
+    try:
+        with _Steps(input.stat().st_size, "decompress"):
+            decompress_safetensors(input, output)
+    except StrataError as exc:
+        _fail(exc)
+    click.echo(f"{input.name} -> {output} ({output.stat().st_size} bytes)")
+
+
+@ckpt.command("info")
+@click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def ckpt_info(input):
+    """List a strata checkpoint's segments and tensors."""
+    from .checkpoint.io import header
+
+    try:
+        h = header(input)
+    except StrataError as exc:
+        _fail(exc)
+    size = input.stat().st_size
+    total = sum(m["nbytes"] for m in h["segments"])
+    click.echo(f"{input.name}: strata checkpoint ({h['source']}), {size} bytes, ratio {total / max(size, 1):.4f}"
+               + (f", delta of {h['base']['file']}" if h.get("base") else ""))
+    click.echo("  dtype   bytes          coded       ratio   delta")
+    for m in h["segments"]:
+        click.echo(f"  {m['dtype']:6s} {m['nbytes']:12d} {m['length']:12d} {m['nbytes'] / max(m['length'], 1):8.4f}"
+                   f"   {'yes' if m['delta'] else 'no'}")
+    click.echo(f"  {len(h['tensors'])} tensors, e.g. " + ", ".join(t[0] for t in h["tensors"][:5]))
+
+
+class _Steps:
+    """A progress spinner for long single-step jobs on large inputs."""
+
+    def __init__(self, nbytes: int, desc: str):
+        self.bar = _Bar(nbytes, desc)
+
+    def __enter__(self):
+        self.bar(0, 1)
+        return self
+
+    def __exit__(self, *exc):
+        self.bar(1, 1)
+        self.bar.close()
 
 
 if __name__ == "__main__":  # pragma: no cover

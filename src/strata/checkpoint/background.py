@@ -1,0 +1,105 @@
+"""Saving checkpoints in the background, as incremental snapshots (after DataStates-LLM and
+LMC: a consistent host copy first, then compression and I/O off the training loop's path).
+
+:meth:`AsyncCheckpointer.save` returns once every tensor has been copied to host memory, so the
+training loop may change its parameters right away; a background thread then codes the copy
+(as the XOR against the previous snapshot, except every ``full_every``-th save, which bounds
+the chain a restore follows) and writes it atomically, in the order of the saves. Up to
+``max_pending`` snapshots wait in memory. An error in the background is raised by the next
+``save`` or by :meth:`wait`.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from pathlib import Path
+
+from ..container import atomic_write
+from . import io
+from .state import flatten
+
+
+class AsyncCheckpointer:
+    """Background, incremental checkpoint writer.
+
+    Args:
+        full_every: every ``full_every``-th save is a full snapshot; the others are deltas
+            against the previous save (1: always full).
+        max_pending: saves that may wait in memory for the writer; a ``save`` beyond that
+            blocks until the oldest is written (bounded host memory).
+        workers: coding threads (default: all cores).
+
+    Example::
+
+        ckpt = AsyncCheckpointer(full_every=10)
+        for step in range(steps):
+            train_step()
+            if step % 100 == 0:
+                ckpt.save({"model": model.state_dict(), "optim": opt.state_dict()},
+                          f"ckpt/step_{step:06d}.strata")
+        ckpt.wait()
+    """
+
+    def __init__(self, full_every: int = 10, max_pending: int = 2, workers: int | None = None):
+        if full_every < 1 or max_pending < 1:
+            raise ValueError("full_every and max_pending must be at least 1")
+        self.full_every = full_every
+        self.workers = workers
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._error: BaseException | None = None
+        self._count = 0
+        self._prev: tuple[Path, io.Snapshot] | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="strata-checkpoint")
+        self._thread.start()
+
+    def save(self, state_dict, path) -> None:
+        """Copy ``state_dict`` to host memory, then compress and write it to ``path`` in the
+        background. Blocks only for the host copy (unless ``max_pending`` saves are waiting).
+
+        Raises:
+            Any error of an earlier background save.
+        """
+        self._raise()
+        snap = io.group(*flatten(state_dict))  # copies every tensor into host memory once
+        full = self._count % self.full_every == 0
+        self._count += 1
+        self._queue.put((snap, Path(path), full))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                snap, path, full = item
+                base = self._prev if not full and self._prev and self._prev[0].parent == path.parent else None
+                data = io.encode(snap, base[1] if base else None, base[0].name if base else None, self.workers)
+                atomic_write(path, data)
+                self._prev = (path, snap)
+            except BaseException as exc:  # surfaces in save() or wait()
+                self._error = exc
+                self._prev = None
+            finally:
+                self._queue.task_done()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def wait(self) -> None:
+        """Wait until every save so far is written; raise the error of a failed one."""
+        self._queue.join()
+        self._raise()
+
+    def close(self) -> None:
+        """Finish the pending saves and stop the writer thread."""
+        self.wait()
+        self._queue.put(None)
+        self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,200 @@
+"""Lossless coding of tensor bytes: a *segment* is the bytes of one dtype, coded chunk by chunk.
+
+Method (LMC, Waddington & Constantinescu, arXiv:2505.09810; ZipNN, Hershcovitch et al.,
+arXiv:2411.05239): the segment is cut into chunks of ``CHUNK_BYTES`` (whole elements), which
+are coded independently and in parallel. In a chunk, floating-point elements are bit-rotated
+so a byte holds exponent bits only, and split into byte planes
+(:mod:`strata.checkpoint.planes`); each plane is coded by :mod:`strata.entropy.bytecoder`
+(raw, constant, order-0 rANS, or rANS conditioned on the previous byte, whichever is
+smallest). With a *base* (the same segment in an earlier snapshot), the chunk is first XORed
+with the base's bytes, so unchanged bits become zero bytes (incremental snapshots).
+
+Segment record (see ``docs/format.md``): ``varint n_bytes | u8 dtype code | u8 flags (bit 0:
+XOR with a base) | varint chunk bytes | varint n_chunks | n_chunks x (varint length, u32
+CRC-32) | chunks``; a chunk is ``itemsize x (varint length | plane record)``.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..container import Reader, Writer, check_crc, crc32
+from ..entropy import bytecoder
+from ..errors import CorruptStreamError, InvalidInputError
+from . import planes
+
+#: Bytes per chunk (a multiple of every element size).
+CHUNK_BYTES = 1 << 20
+#: Element size and bit rotation of each dtype name (safetensors spelling).
+DTYPES = {
+    "BF16": (2, True), "F16": (2, True), "F32": (4, True), "F64": (8, True),
+    "I8": (1, False), "U8": (1, False), "BOOL": (1, False), "F8_E4M3": (1, False), "F8_E5M2": (1, False),
+    "I16": (2, False), "U16": (2, False), "I32": (4, False), "U32": (4, False), "I64": (8, False),
+    "U64": (8, False), "C64": (4, True), "C128": (8, True),
+}
+_CODES = {name: i for i, name in enumerate(DTYPES)}
+_NAMES = list(DTYPES)
+
+
+def threads() -> int:
+    """Worker threads for chunk coding: all cores."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _as_u8(data) -> np.ndarray:
+    return np.frombuffer(memoryview(data).cast("B"), np.uint8)
+
+
+def _encode_chunk(chunk: np.ndarray, itemsize: int, rotate: bool) -> bytes:
+    w = Writer()
+    for plane in planes.split(chunk, itemsize, rotate):
+        w.blob(bytecoder.encode(plane))
+    return w.getvalue()
+
+
+def _decode_chunk(buf, n: int, itemsize: int, rotate: bool) -> np.ndarray:
+    r = Reader(buf, "chunk")
+    ps = np.empty((itemsize, n // itemsize), np.uint8)
+    for k in range(itemsize):
+        bytecoder.decode(r.blob(len(buf)), n // itemsize, ps[k])
+    r.done()
+    return planes.merge(ps, itemsize, rotate)
+
+
+def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
+    """Code the bytes of one dtype.
+
+    Args:
+        data: bytes-like, the elements' little-endian bytes.
+        dtype: safetensors dtype name (``"BF16"``, ``"F32"``, ``"I64"``...), or ``"AUTO"`` to
+            pick the element layout that codes a sample best (:func:`guess_dtype`); unknown
+            names, or a length that is not a whole number of elements, are coded as bytes.
+        base: optional bytes-like of the same length (the same tensors in an earlier snapshot):
+            the chunks are XORed with it first, and decoding needs the same base.
+        workers: threads (default: all cores).
+
+    Raises:
+        InvalidInputError: ``base`` has another length.
+    """
+    raw = _as_u8(data)
+    if dtype == "AUTO":
+        dtype = guess_dtype(raw)
+    if dtype not in DTYPES or raw.size % DTYPES[dtype][0]:
+        dtype = "U8"
+    itemsize, rotate = DTYPES[dtype]
+    if base is not None:
+        b = _as_u8(base)
+        if b.size != raw.size:
+            raise InvalidInputError(f"base has {b.size} bytes, data {raw.size}")
+    n_chunks = -(-raw.size // CHUNK_BYTES)
+
+    def one(c):
+        chunk = raw[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES]
+        if base is not None:
+            chunk = np.bitwise_xor(chunk, b[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES])
+        return _encode_chunk(chunk, itemsize, rotate)
+
+    with ThreadPoolExecutor(workers or threads()) as ex:
+        coded = list(ex.map(one, range(n_chunks)))
+    w = Writer().varint(raw.size).u8(_CODES[dtype]).u8(1 if base is not None else 0)
+    w.varint(CHUNK_BYTES).varint(n_chunks)
+    for c in coded:
+        w.varint(len(c)).u32(crc32(c))
+    return w.getvalue() + b"".join(coded)
+
+
+#: Layouts tried by :func:`guess_dtype`.
+GUESSES = ("U8", "BF16", "F32", "F64")
+_SAMPLE = 1 << 16
+
+
+def guess_dtype(raw: np.ndarray) -> str:
+    """The layout among :data:`GUESSES` whose byte planes code a few 64 KiB samples of ``raw``
+    smallest (for streams of unknown element type, such as serialized tensors)."""
+    n = raw.size
+    if n < 64:
+        return "U8"
+    starts = sorted({0, (n // 2) & ~7, max(0, n - _SAMPLE) & ~7})
+    best, best_bits = "U8", None
+    for name in GUESSES:
+        itemsize, rotate = DTYPES[name]
+        bits = 0.0
+        for a in starts:
+            sample = raw[a:a + _SAMPLE]
+            sample = sample[: sample.size - sample.size % itemsize]
+            bits += sum(bytecoder.estimate_bits(p) for p in planes.split(sample, itemsize, rotate))
+        if best_bits is None or bits < best_bits * 0.98:
+            best, best_bits = name, bits
+    return best
+
+
+def info(buf) -> dict:
+    """Header fields of a segment record: ``n_bytes``, ``dtype``, ``delta``."""
+    r = Reader(buf, "segment")
+    n = r.varint()
+    code = r.u8()
+    if code >= len(_NAMES):
+        raise CorruptStreamError(f"unknown dtype code {code} in a segment")
+    return dict(n_bytes=n, dtype=_NAMES[code], delta=bool(r.u8() & 1))
+
+
+def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = None,
+           max_bytes: int | None = None) -> np.ndarray:
+    """Decode a segment record to its bytes (uint8 array, into ``out`` if given).
+
+    Args:
+        buf: the record (bytes-like).
+        base: the base's bytes, required if the record is a delta (XOR).
+        workers: threads (default: all cores).
+        out: optional destination (uint8, ``n_bytes`` long).
+        max_bytes: refuse records announcing more than this many bytes.
+
+    Raises:
+        CorruptStreamError: checksum mismatch, truncated or inconsistent record, or a delta
+            without its base (``InvalidInputError``).
+    """
+    mv = memoryview(buf).cast("B")
+    r = Reader(mv, "segment")
+    n = r.varint(max_bytes if max_bytes is not None else 1 << 50)
+    code = r.u8()
+    flags = r.u8()
+    if code >= len(_NAMES) or flags > 1:
+        raise CorruptStreamError("invalid segment header")
+    itemsize, rotate = DTYPES[_NAMES[code]]
+    chunk_bytes = r.varint(1 << 40)
+    n_chunks = r.varint(len(mv))
+    if chunk_bytes == 0 or chunk_bytes % itemsize or n_chunks != -(-n // chunk_bytes) or n % itemsize:
+        raise CorruptStreamError("inconsistent segment chunking")
+    lens, crcs = [], []
+    for _ in range(n_chunks):
+        lens.append(r.varint(len(mv)))
+        crcs.append(r.u32())
+    offsets = np.concatenate([[r.pos], r.pos + np.cumsum(lens, dtype=np.int64)]).tolist()
+    if offsets[-1] != len(mv):
+        raise CorruptStreamError("segment length does not match its chunk index")
+    if flags & 1:
+        if base is None:
+            raise InvalidInputError("this segment is stored as a delta: decoding needs its base")
+        bb = _as_u8(base)
+        if bb.size != n:
+            raise CorruptStreamError(f"base has {bb.size} bytes, the delta {n}")
+    out = np.empty(n, np.uint8) if out is None else out
+
+    def one(c):
+        a, b_ = offsets[c], offsets[c + 1]
+        check_crc(mv[a:b_], crcs[c], f"chunk {c}")
+        lo, hi = c * chunk_bytes, min(n, (c + 1) * chunk_bytes)
+        chunk = _decode_chunk(mv[a:b_], hi - lo, itemsize, rotate)
+        if flags & 1:
+            np.bitwise_xor(chunk, bb[lo:hi], out=out[lo:hi])
+        else:
+            out[lo:hi] = chunk
+
+    with ThreadPoolExecutor(workers or threads()) as ex:
+        list(ex.map(one, range(n_chunks)))
+    return out
+
+
+__all__ = ["CHUNK_BYTES", "DTYPES", "decode", "encode", "info"]

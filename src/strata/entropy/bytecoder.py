@@ -2,8 +2,9 @@
 
 * ``RAW``: the bytes as they are (planes of near-random mantissa bits);
 * ``CONST``: one byte repeated (all-zero planes of XOR deltas);
-* ``ORDER0``: rANS with one static table and two interleaved states (even and odd bytes), so
-  that decoding runs two independent dependency chains (exponent planes, sparse deltas);
+* ``ORDER0``: rANS with one static table and four interleaved states (byte ``k`` uses state
+  ``k mod 4``), so that decoding runs four independent dependency chains (exponent planes,
+  sparse deltas);
 * ``PREV``: rANS with 16 tables chosen by the high nibble of the previous byte (planes whose
   bytes are correlated with their neighbour's, e.g. the low mantissa bytes of smooth tensors).
 
@@ -57,45 +58,63 @@ def _encode(data, enc, shift, buf):
 
 
 @njit(nogil=True, cache=True)
-def _encode2(data, enc, buf):
-    """Order-0 rANS with two interleaved states (state ``k & 1`` codes byte ``k``), backwards
+def _encode4(data, enc, buf):
+    """Order-0 rANS with four interleaved states (state ``k & 3`` codes byte ``k``), backwards
     into the end of ``buf``; returns the start of the coded bytes."""
-    sa = np.int64(rans.RANS_L)
-    sb = np.int64(rans.RANS_L)
+    st = np.full(4, rans.RANS_L, np.int64)
     pos = buf.shape[0]
     for k in range(data.shape[0] - 1, -1, -1):
-        if k & 1:
-            sb, pos = rans.encode_put_fast(sb, buf, pos, enc[0, data[k]])
-        else:
-            sa, pos = rans.encode_put_fast(sa, buf, pos, enc[0, data[k]])
-    pos = rans.encode_flush(sb, buf, pos)
-    return rans.encode_flush(sa, buf, pos)
+        j = k & 3
+        st[j], pos = rans.encode_put_fast(st[j], buf, pos, enc[0, data[k]])
+    for j in range(3, -1, -1):
+        pos = rans.encode_flush(st[j], buf, pos)
+    return pos
 
 
 @njit(nogil=True, cache=True)
-def _decode2(payload, pos, end, dtab, out):
-    """Inverse of :func:`_encode2`; False if the stream is inconsistent."""
-    sa, pos = rans.decode_init(payload, pos, end)
-    sb, pos = rans.decode_init(payload, pos, end)
-    if sa < rans.RANS_L or sb < rans.RANS_L:
+def _decode4(payload, pos, end, dtab, out):
+    """Inverse of :func:`_encode4`: four independent dependency chains; False if the stream
+    is inconsistent."""
+    s0, pos = rans.decode_init(payload, pos, end)
+    s1, pos = rans.decode_init(payload, pos, end)
+    s2, pos = rans.decode_init(payload, pos, end)
+    s3, pos = rans.decode_init(payload, pos, end)
+    if min(s0, s1, s2, s3) < rans.RANS_L:
         return False
     n = out.shape[0]
-    for k in range(0, n - 1, 2):
-        ea = np.int64(dtab[0, rans.decode_slot(sa)])
-        eb = np.int64(dtab[0, rans.decode_slot(sb)])
-        if not (rans.entry_valid(ea) and rans.entry_valid(eb)):
+    k = 0
+    while k + 3 < n:
+        e0 = np.int64(dtab[0, rans.decode_slot(s0)])
+        e1 = np.int64(dtab[0, rans.decode_slot(s1)])
+        e2 = np.int64(dtab[0, rans.decode_slot(s2)])
+        e3 = np.int64(dtab[0, rans.decode_slot(s3)])
+        if not (rans.entry_valid(e0) and rans.entry_valid(e1) and rans.entry_valid(e2) and rans.entry_valid(e3)):
             return False
-        sa, pos = rans.decode_advance(sa, payload, pos, end, ea)
-        sb, pos = rans.decode_advance(sb, payload, pos, end, eb)
-        out[k] = rans.entry_symbol(ea)
-        out[k + 1] = rans.entry_symbol(eb)
-    if n & 1:
-        ea = np.int64(dtab[0, rans.decode_slot(sa)])
-        if not rans.entry_valid(ea):
+        s0, pos = rans.decode_advance(s0, payload, pos, end, e0)
+        s1, pos = rans.decode_advance(s1, payload, pos, end, e1)
+        s2, pos = rans.decode_advance(s2, payload, pos, end, e2)
+        s3, pos = rans.decode_advance(s3, payload, pos, end, e3)
+        out[k] = rans.entry_symbol(e0)
+        out[k + 1] = rans.entry_symbol(e1)
+        out[k + 2] = rans.entry_symbol(e2)
+        out[k + 3] = rans.entry_symbol(e3)
+        k += 4
+    while k < n:  # the last n % 4 bytes, states 0.. in turn
+        j = k & 3
+        st = s0 if j == 0 else (s1 if j == 1 else s2)
+        e = np.int64(dtab[0, rans.decode_slot(st)])
+        if not rans.entry_valid(e):
             return False
-        sa, pos = rans.decode_advance(sa, payload, pos, end, ea)
-        out[n - 1] = rans.entry_symbol(ea)
-    return pos == end and sa == rans.RANS_L and sb == rans.RANS_L
+        st, pos = rans.decode_advance(st, payload, pos, end, e)
+        if j == 0:
+            s0 = st
+        elif j == 1:
+            s1 = st
+        else:
+            s2 = st
+        out[k] = rans.entry_symbol(e)
+        k += 1
+    return pos == end and s0 == rans.RANS_L and s1 == rans.RANS_L and s2 == rans.RANS_L and s3 == rans.RANS_L
 
 
 @njit(nogil=True, cache=True)
@@ -142,9 +161,9 @@ def encode(data: np.ndarray) -> bytes:
         return bytes([RAW]) + data.tobytes()
     freq = tables.normalize(tables.quantized(counts))
     table_bytes = tables.serialize(counts)
-    buf = np.empty(2 * n + 16, np.uint8)
+    buf = np.empty(2 * n + 32, np.uint8)
     enc = rans.encoder_table(freq)
-    start = _encode2(data, enc, buf) if model == ORDER0 else _encode(data, enc, shift, buf)
+    start = _encode4(data, enc, buf) if model == ORDER0 else _encode(data, enc, shift, buf)
     head = bytearray([model])
     tables._varint(head, len(table_bytes))
     return bytes(head) + table_bytes + buf[start:].tobytes()
@@ -184,7 +203,7 @@ def decode(buf, n: int, out: np.ndarray | None = None) -> np.ndarray:
         raise CorruptStreamError("invalid byte-plane table")
     dtab = tables.decode_table(freq, np.arange(n_tables, dtype=np.int64))
     payload = np.frombuffer(mv, np.uint8)
-    ok = (_decode2(payload, pos + tlen, len(mv), dtab, out) if model == ORDER0
+    ok = (_decode4(payload, pos + tlen, len(mv), dtab, out) if model == ORDER0
           else _decode(payload, pos + tlen, len(mv), dtab, _PREV_SHIFT, out))
     if not ok:
         raise CorruptStreamError("byte-plane entropy-coded data inconsistent")

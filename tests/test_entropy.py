@@ -95,13 +95,13 @@ def _encode(syms, ctx, freq, cum, buf):
 
 
 @njit
-def _decode(buf, pos, ctx, dtab, out):
+def _decode(buf, pos, ctx, symbols, info, out):
     end = buf.size
     state, pos = rans.decode_init(buf, pos, end)
     for k in range(out.size):
-        e = np.int64(dtab[ctx[k], rans.decode_slot(state)])
-        out[k] = rans.entry_symbol(e)
-        state, pos = rans.decode_advance(state, buf, pos, end, e)
+        sym, i = rans.decode_lookup(state, symbols, info, ctx[k])
+        out[k] = sym
+        state, pos = rans.decode_step(state, i, buf, pos, end)
     return state, pos
 
 
@@ -120,7 +120,7 @@ def test_rans_round_trip_with_contexts(n, seed, skew):
     buf = np.zeros(2 * n + 8, np.uint8)
     pos = _encode(syms, ctx, freq, cum, buf)
     out = np.empty(n, np.int64)
-    state, end = _decode(buf, pos, ctx, tables.decode_table(freq, np.arange(n_ctx)), out)
+    state, end = _decode(buf, pos, ctx, *tables.split_decode_tables(freq, np.arange(n_ctx)), out)
     assert np.array_equal(out, syms)
     assert state == rans.RANS_L and end == buf.size
     # within 1% + a few bytes of the empirical conditional entropy
@@ -142,10 +142,16 @@ def test_rans_codes_highly_probable_symbols_below_one_bit():
     assert (buf.size - pos) * 8 / n < 0.03  # Huffman would need at least 1 bit per symbol
 
 
-def test_decode_table_marks_unused_tables_invalid():
+def test_decode_tables_mark_unused_tables_invalid():
     freq = np.zeros((2, ALPHABET), np.int64)
-    freq[0, 0] = tables.SCALE
-    d = tables.decode_table(freq, np.arange(2))
-    assert np.all(d[1] == tables.INVALID_ENTRY)
-    assert all(rans.entry_valid(np.int64(v)) for v in d[0][:5])
-    assert not rans.entry_valid(np.int64(tables.INVALID_ENTRY))
+    freq[0, 0] = tables.SCALE - 3
+    freq[0, 5] = 3
+    symbols, info = tables.split_decode_tables(freq, np.arange(2))
+    n = tables.SPLIT_SYMBOLS
+    # symbols in increasing order: symbol 0 owns the first slots
+    assert np.all(symbols[:tables.SCALE - 3] == 0) and np.all(symbols[tables.SCALE - 3:tables.SCALE] == 5)
+    assert rans.info_valid(info[0]) and rans.info_valid(info[5]) and info[5] >> 12 == tables.SCALE - 3
+    assert not rans.info_valid(info[1])
+    # the unused table: every slot invalid
+    assert np.all(symbols[tables.SCALE:] == tables.INVALID_ENTRY)
+    assert not any(rans.info_valid(v) for v in info[n:])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import leading_zeros  # LLVM's ctlz
 
 #: Values ``z < DIRECT`` are symbols of their own.
 DIRECT = 16
@@ -41,7 +42,7 @@ def to_symbol(z):
     """``(symbol, n_extra_bits, extra_bits)`` of ``z`` (``0 <= z < 2**MAX_OCTAVE``)."""
     if z < DIRECT:
         return z, 0, 0
-    e = 63 - _clz64(z)
+    e = 63 - leading_zeros(np.uint64(z))
     nb = e - 2
     return DIRECT + 4 * (e - 4) + ((z >> nb) & 3), nb, z & ((1 << nb) - 1)
 
@@ -61,29 +62,6 @@ def from_symbol(sym, extra):
         return sym
     nb = (sym - DIRECT) // 4 + 2
     return ((4 + ((sym - DIRECT) & 3)) << nb) | extra
-
-
-@njit(inline="always")
-def _clz64(v):
-    n = 0
-    if v >> 32 == 0:
-        n += 32
-        v <<= 32
-    if v >> 48 == 0:
-        n += 16
-        v <<= 16
-    if v >> 56 == 0:
-        n += 8
-        v <<= 8
-    if v >> 60 == 0:
-        n += 4
-        v <<= 4
-    if v >> 62 == 0:
-        n += 2
-        v <<= 2
-    if v >> 63 == 0:
-        n += 1
-    return n
 
 
 def to_symbol_reference(z: np.ndarray):

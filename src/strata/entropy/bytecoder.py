@@ -51,9 +51,11 @@ def _encode(data, enc, shift, buf):
     (``shift = 8`` gives one table). Returns the start of the coded bytes in ``buf``."""
     state = np.int64(rans.RANS_L)
     pos = buf.shape[0]
+    flat = enc.ravel()
+    n_s = enc.shape[1]
     for k in range(data.shape[0] - 1, -1, -1):
         t = (np.int64(data[k - 1]) >> shift) if k > 0 else 0
-        state, pos = rans.encode_put_fast(state, buf, pos, enc[t, data[k]])
+        state, pos = rans.encode_put_fast(state, buf, pos, flat, rans.encoder_offset(t, data[k], n_s))
     return rans.encode_flush(state, buf, pos)
 
 
@@ -63,16 +65,18 @@ def _encode4(data, enc, buf):
     into the end of ``buf``; returns the start of the coded bytes."""
     st = np.full(4, rans.RANS_L, np.int64)
     pos = buf.shape[0]
+    flat = enc.ravel()
+    n_s = enc.shape[1]
     for k in range(data.shape[0] - 1, -1, -1):
         j = k & 3
-        st[j], pos = rans.encode_put_fast(st[j], buf, pos, enc[0, data[k]])
+        st[j], pos = rans.encode_put_fast(st[j], buf, pos, flat, rans.encoder_offset(0, data[k], n_s))
     for j in range(3, -1, -1):
         pos = rans.encode_flush(st[j], buf, pos)
     return pos
 
 
 @njit(nogil=True, cache=True)
-def _decode4(payload, pos, end, dtab, out):
+def _decode4(payload, pos, end, symbols, info, out):
     """Inverse of :func:`_encode4`: four independent dependency chains; False if the stream
     is inconsistent."""
     s0, pos = rans.decode_init(payload, pos, end)
@@ -82,56 +86,56 @@ def _decode4(payload, pos, end, dtab, out):
     if min(s0, s1, s2, s3) < rans.RANS_L:
         return False
     n = out.shape[0]
-    k = 0
-    while k + 3 < n:
-        e0 = np.int64(dtab[0, rans.decode_slot(s0)])
-        e1 = np.int64(dtab[0, rans.decode_slot(s1)])
-        e2 = np.int64(dtab[0, rans.decode_slot(s2)])
-        e3 = np.int64(dtab[0, rans.decode_slot(s3)])
-        if not (rans.entry_valid(e0) and rans.entry_valid(e1) and rans.entry_valid(e2) and rans.entry_valid(e3)):
+    k = np.uint64(0)
+    while k + np.uint64(3) < n:
+        y0, i0 = rans.decode_lookup(s0, symbols, info, 0)
+        y1, i1 = rans.decode_lookup(s1, symbols, info, 0)
+        y2, i2 = rans.decode_lookup(s2, symbols, info, 0)
+        y3, i3 = rans.decode_lookup(s3, symbols, info, 0)
+        if not (rans.info_valid(i0) and rans.info_valid(i1) and rans.info_valid(i2) and rans.info_valid(i3)):
             return False
-        s0, pos = rans.decode_advance(s0, payload, pos, end, e0)
-        s1, pos = rans.decode_advance(s1, payload, pos, end, e1)
-        s2, pos = rans.decode_advance(s2, payload, pos, end, e2)
-        s3, pos = rans.decode_advance(s3, payload, pos, end, e3)
-        out[k] = rans.entry_symbol(e0)
-        out[k + 1] = rans.entry_symbol(e1)
-        out[k + 2] = rans.entry_symbol(e2)
-        out[k + 3] = rans.entry_symbol(e3)
-        k += 4
+        s0, pos = rans.decode_step(s0, i0, payload, pos, end)
+        s1, pos = rans.decode_step(s1, i1, payload, pos, end)
+        s2, pos = rans.decode_step(s2, i2, payload, pos, end)
+        s3, pos = rans.decode_step(s3, i3, payload, pos, end)
+        out[k] = y0
+        out[k + np.uint64(1)] = y1
+        out[k + np.uint64(2)] = y2
+        out[k + np.uint64(3)] = y3
+        k += np.uint64(4)
     while k < n:  # the last n % 4 bytes, states 0.. in turn
-        j = k & 3
+        j = k & np.uint64(3)
         st = s0 if j == 0 else (s1 if j == 1 else s2)
-        e = np.int64(dtab[0, rans.decode_slot(st)])
-        if not rans.entry_valid(e):
+        y, i = rans.decode_lookup(st, symbols, info, 0)
+        if not rans.info_valid(i):
             return False
-        st, pos = rans.decode_advance(st, payload, pos, end, e)
+        st, pos = rans.decode_step(st, i, payload, pos, end)
         if j == 0:
             s0 = st
         elif j == 1:
             s1 = st
         else:
             s2 = st
-        out[k] = rans.entry_symbol(e)
-        k += 1
+        out[k] = y
+        k += np.uint64(1)
     return pos == end and s0 == rans.RANS_L and s1 == rans.RANS_L and s2 == rans.RANS_L and s3 == rans.RANS_L
 
 
 @njit(nogil=True, cache=True)
-def _decode(payload, pos, end, dtab, shift, out):
+def _decode(payload, pos, end, symbols, info, shift, out):
     """Decode ``out.size`` bytes coded by :func:`_encode`; returns False if the stream is
     inconsistent (invalid slot, not consumed exactly, wrong final state)."""
     state, pos = rans.decode_init(payload, pos, end)
     if state < rans.RANS_L:
         return False
-    prev = 0
+    prev = np.uint64(0)
     for k in range(out.shape[0]):
-        entry = np.int64(dtab[prev >> shift, rans.decode_slot(state)])
-        if not rans.entry_valid(entry):
+        y, i = rans.decode_lookup(state, symbols, info, prev >> np.uint64(shift))
+        if not rans.info_valid(i):
             return False
-        state, pos = rans.decode_advance(state, payload, pos, end, entry)
-        prev = rans.entry_symbol(entry)
-        out[k] = prev
+        state, pos = rans.decode_step(state, i, payload, pos, end)
+        prev = np.uint64(y)
+        out[k] = y
     return pos == end and state == rans.RANS_L
 
 
@@ -201,10 +205,10 @@ def decode(buf, n: int, out: np.ndarray | None = None) -> np.ndarray:
     freq = tables.normalize(counts)
     if freq.min(initial=0) < 0:
         raise CorruptStreamError("invalid byte-plane table")
-    dtab = tables.decode_table(freq, np.arange(n_tables, dtype=np.int64))
+    symbols, info = tables.split_decode_tables(freq, np.arange(n_tables, dtype=np.int64))
     payload = np.frombuffer(mv, np.uint8)
-    ok = (_decode4(payload, pos + tlen, len(mv), dtab, out) if model == ORDER0
-          else _decode(payload, pos + tlen, len(mv), dtab, _PREV_SHIFT, out))
+    ok = (_decode4(payload, pos + tlen, len(mv), symbols, info, out) if model == ORDER0
+          else _decode(payload, pos + tlen, len(mv), symbols, info, _PREV_SHIFT, out))
     if not ok:
         raise CorruptStreamError("byte-plane entropy-coded data inconsistent")
     return out

@@ -12,7 +12,8 @@ backwards, so the decoder reads forwards. These functions are inlined into the c
 of each subsystem (they choose the table -- the context -- per symbol); see
 :mod:`strata.lossy.chunks` for the lossy quantization codes.
 
-State lives in int64 variables holding values below ``2**32``.
+State lives in int64 variables holding values below ``2**32``. Buffers are indexed through
+``uint64`` casts: numba then emits no negative-index wraparound code on the hot paths.
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ STATE_BYTES = 4
 MAX_BYTES_PER_SYMBOL = 2
 
 _MASK = (1 << SCALE_BITS) - 1
+#: Constants per symbol in :func:`encoder_table`.
+ENC_FIELDS = 5
+_SCALE_SHIFT = np.uint64(SCALE_BITS)
 _XMAX_UNIT = (RANS_L >> SCALE_BITS) << 8
 
 
@@ -41,21 +45,29 @@ def encode_put(state, buf, pos, start, freq):
     x_max = _XMAX_UNIT * freq
     while state >= x_max:
         pos -= 1
-        buf[pos] = state & 0xFF
+        buf[np.uint64(pos)] = state & 0xFF
         state >>= 8
     return ((state // freq) << SCALE_BITS) + (state % freq) + start, pos
 
 
 @njit(inline="always")
-def encode_put_fast(state, buf, pos, sym_info):
+def encode_put_fast(state, buf, pos, enc, j):
     """:func:`encode_put` with the division replaced by a multiplication, from the packed
-    per-symbol constants of :func:`encoder_table` (``x_max, rcp, shift, bias, cmpl``)."""
-    while state >= sym_info[0]:
+    per-symbol constants ``enc[j:j + 5]`` (``x_max, rcp, shift, bias, cmpl``) of
+    :func:`encoder_table` (flattened; ``j`` a ``uint64`` offset)."""
+    while state >= enc[j]:
         pos -= 1
-        buf[pos] = state & 0xFF
+        buf[np.uint64(pos)] = state & 0xFF
         state >>= 8
-    q = ((state * sym_info[1]) >> 32) >> sym_info[2]
-    return state + sym_info[3] + q * sym_info[4], pos
+    q = ((state * enc[j + np.uint64(1)]) >> 32) >> enc[j + np.uint64(2)]
+    return state + enc[j + np.uint64(3)] + q * enc[j + np.uint64(4)], pos
+
+
+@njit(inline="always")
+def encoder_offset(table, sym, n_symbols):
+    """Offset of the constants of ``sym`` in table ``table`` of a flattened
+    :func:`encoder_table` with ``n_symbols`` symbols per table."""
+    return (np.uint64(table) * np.uint64(n_symbols) + np.uint64(sym)) * np.uint64(ENC_FIELDS)
 
 
 @njit(nogil=True, cache=True)
@@ -68,7 +80,7 @@ def encoder_table(freq):
     frequency 0 get unusable constants.
     """
     n_t, n_s = freq.shape
-    out = np.zeros((n_t, n_s, 5), np.int64)
+    out = np.zeros((n_t, n_s, ENC_FIELDS), np.int64)
     for t in range(n_t):
         cum = 0
         for s in range(n_s):
@@ -112,36 +124,35 @@ def decode_init(buf, pos, end):
 
 
 @njit(inline="always")
-def decode_slot(state):
-    """Slot of the next symbol: index into the table's :func:`~strata.entropy.tables.decode_table`."""
-    return state & _MASK
+def decode_lookup(state, symbols, info, table):
+    """Symbol of ``state``'s slot in decode table ``table`` and its info word, from split
+    decode tables (:func:`~strata.entropy.tables.split_decode_tables`). The info word is 0
+    (see :func:`info_valid`) for the slots of an unused table."""
+    t = np.uint64(table)
+    sym = symbols[(t << _SCALE_SHIFT) | np.uint64(state & _MASK)]
+    return sym, info[(t << np.uint64(8)) | np.uint64(sym)]
 
 
 @njit(inline="always")
-def decode_advance(state, buf, pos, end, entry):
-    """Consume the symbol whose packed decode-table ``entry`` the slot selected.
+def info_valid(info):
+    """False for a slot that no symbol owns (an unused table)."""
+    return (info & 0xFFF) != 0
+
+
+@njit(inline="always")
+def decode_step(state, info, buf, pos, end):
+    """Consume the symbol of ``state``'s slot, given its split-table ``info``
+    (``frequency | cumulative frequency << 12``, see :func:`decode_lookup`).
 
     Returns ``(state, pos)``; reading past ``end`` feeds zero bytes (the caller checks
     that the stream was consumed exactly).
     """
-    state = ((entry >> 8) & 0xFFF) * (state >> SCALE_BITS) + (entry >> 20)
+    state = np.int64(info & 0xFFF) * (state >> SCALE_BITS) + (state & _MASK) - np.int64(info >> 12)
     while state < RANS_L:
-        b = buf[pos] if pos < end else 0
+        b = buf[np.uint64(pos)] if pos < end else 0
         pos += 1
         state = (state << 8) | b
     return state, pos
-
-
-@njit(inline="always")
-def entry_symbol(entry):
-    """Symbol of a packed decode-table entry."""
-    return entry & 0xFF
-
-
-@njit(inline="always")
-def entry_valid(entry):
-    """False for the slots of an unused table."""
-    return (entry >> 8) & 0xFFF != 0
 
 
 @njit(inline="always")
@@ -150,7 +161,7 @@ def bits_put(acc, nacc, buf, pos, value, nbits):
     acc |= value << nacc
     nacc += nbits
     while nacc >= 8:
-        buf[pos] = acc & 0xFF
+        buf[np.uint64(pos)] = acc & 0xFF
         pos += 1
         acc >>= 8
         nacc -= 8
@@ -169,7 +180,7 @@ def bits_flush(acc, nacc, buf, pos):
 def bits_get(acc, nacc, buf, pos, end, nbits):
     """Read ``nbits`` (<= 32) raw bits; returns ``(value, acc, nacc, pos)``."""
     while nacc < nbits:
-        b = buf[pos] if pos < end else 0
+        b = buf[np.uint64(pos)] if pos < end else 0
         pos += 1
         acc |= b << nacc
         nacc += 8

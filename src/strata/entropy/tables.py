@@ -220,23 +220,32 @@ def cumulative(freq: np.ndarray) -> np.ndarray:
     return cum
 
 
-@njit(nogil=True, cache=True)
-def decode_table(freq, cmap):
-    """Packed decode table of each context, uint32 ``(len(cmap), SCALE)``: for each slot of
-    table ``cmap[ctx]``, ``symbol | frequency << 8 | (slot - cumulative frequency) << 20``
-    (symbols below 256, ``SCALE_BITS <= 11``); the slots of an unused table hold symbol 255
-    with frequency 0 (invalid)."""
-    tabs = _decode_rows(freq)
-    out = np.empty((cmap.shape[0], SCALE), np.uint32)
-    for c in range(cmap.shape[0]):
-        out[c] = tabs[cmap[c]]
-    return out
+#: Info entries per table of the split decode tables (any byte is a valid index).
+SPLIT_SYMBOLS = 256
 
 
 @njit(nogil=True, cache=True)
-def _decode_rows(freq):
+def split_decode_tables(freq, cmap):
+    """Decode tables of each context, in split form: ``(symbols, info)``.
+
+    Args:
+        freq: normalized frequencies, int64 ``(n_tables, n_symbols)``, ``n_symbols <= 256``.
+        cmap: table of each context, int64 ``(n_contexts,)``.
+
+    Returns:
+        ``symbols``: uint8 ``(n_contexts * SCALE,)``, the symbol owning each slot, indexed by
+        ``context << SCALE_BITS | slot``; ``info``: uint32 ``(n_contexts * 256,)``, indexed by
+        ``context << 8 | symbol``: ``frequency | cumulative frequency << 12``, 0 for a symbol
+        that owns no slot. The slots of an unused table hold symbol 255 with info 0
+        (invalid). Symbols are laid out in increasing order, so symbol 0 (if present) owns
+        the first ``frequency`` slots of its table.
+
+    The symbol table, a byte per slot, keeps the hot contexts in L1 cache; the info word
+    is only needed to update the state (:func:`strata.entropy.rans.decode_step`).
+    """
     n_t, n_s = freq.shape
-    out = np.full((n_t, SCALE), INVALID_ENTRY, np.uint32)
+    sym_rows = np.full((n_t, SCALE), INVALID_ENTRY, np.uint8)
+    info_rows = np.zeros((n_t, SPLIT_SYMBOLS), np.uint32)
     for t in range(n_t):
         total = 0
         for s in range(n_s):
@@ -245,7 +254,14 @@ def _decode_rows(freq):
             continue
         slot = 0
         for s in range(n_s):
-            for b in range(freq[t, s]):
-                out[t, slot] = s | (freq[t, s] << 8) | (b << 20)
+            info_rows[t, s] = freq[t, s] | (slot << 12)
+            for _ in range(freq[t, s]):
+                sym_rows[t, slot] = s
                 slot += 1
-    return out
+    n_c = cmap.shape[0]
+    symbols = np.empty(n_c * SCALE, np.uint8)
+    info = np.empty(n_c * SPLIT_SYMBOLS, np.uint32)
+    for c in range(n_c):
+        symbols[c * SCALE:(c + 1) * SCALE] = sym_rows[cmap[c]]
+        info[c * SPLIT_SYMBOLS:(c + 1) * SPLIT_SYMBOLS] = info_rows[cmap[c]]
+    return symbols, info

@@ -16,6 +16,7 @@ Chunk layout: ``varint n_rans | varint n_raw | rANS bytes | raw bits | unpredict
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -80,11 +81,6 @@ def chunk_sizes(boxes, refined, base):
     return out
 
 
-#: Interleaved histogram copies: successive increments of the dominant bin do not wait on
-#: each other through memory.
-_HIST_WAYS = 4
-
-
 @njit(nogil=True, cache=True)
 def _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base):
     """The chunk's grid of magnitude classes with a zero border on the low side of each axis
@@ -115,9 +111,10 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
     """Symbols, contexts, raw bits and histograms of every chunk of a level (encoder, pass 1).
 
     ``syms``/``ctxs`` (uint8, level points in chunk order) receive each point's symbol and
-    context; ``hist[c, ctx, sym]`` the counts of chunk ``c``; ``raw[raw_offsets[c]:]`` the raw
-    bits of chunk ``c`` (``n_raw[c]`` bytes; room for 3 bytes per point); ``n_unpred[c]`` its
-    number of unpredictable values.
+    context; ``hist[t, ctx, sym]`` (int64, ``t`` < ``NUMBA_NUM_THREADS``) accumulates the
+    counts of the chunks worker thread ``t`` handled; ``raw[raw_offsets[c]:]`` the raw bits of
+    chunk ``c`` (``n_raw[c]`` bytes; room for 3 bytes per point); ``n_unpred[c]`` its number
+    of unpredictable values.
     """
     n1, n2 = shape[1], shape[2]
     d0 = stride[0] * n1 * n2
@@ -126,51 +123,64 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
     r0, r1, r2 = refined[0], refined[1], refined[2]
     for c in prange(boxes.shape[0]):
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-        h1, h2 = hi1 - lo1, hi2 - lo2
-        p1 = h2 + 1
-        p0 = (h1 + 1) * p1
+        h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
         mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
-        local = np.zeros(_HIST_WAYS * N_CONTEXTS * ALPHABET, np.int32)
-        k = offsets[c]
-        nu = 0
-        acc = np.int64(0)
-        nacc = np.int64(0)
-        pos = raw_offsets[c]
-        for g0 in range(lo0, hi0):
-            for g1 in range(lo1, hi1):
-                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
-                if st == 0:
-                    continue
-                idx = g0 * d0 + g1 * d1 + f * d2
-                p = (g0 - lo0 + 1) * p0 + (g1 - lo1 + 1) * p1 + 1 + (f - lo2)
-                for _ in range(f, hi2, st):
-                    ctx = 9 * mags[p - p0] + 3 * mags[p - p1] + mags[p - 1]
-                    code = codes[idx]
-                    if code == UNPREDICTABLE:
-                        sym = ESCAPE
-                        nu += 1
-                        mags[p] = 2
-                    else:
-                        z = zigzag(np.int64(code) - RADIUS)
-                        if z < DIRECT:
-                            sym = z
-                        else:
-                            sym, nbits, extra = to_symbol(z)
-                            acc, nacc, pos = rans.bits_put(acc, nacc, raw, pos, extra, nbits)
-                        mags[p] = _mag_of_symbol(sym)
-                    syms[k] = sym
-                    ctxs[k] = ctx
-                    local[((k & (_HIST_WAYS - 1)) * N_CONTEXTS + ctx) * ALPHABET + sym] += 1
-                    k += 1
-                    p += st
-                    idx += st * d2
-        pos = rans.bits_flush(acc, nacc, raw, pos)
-        n_raw[c] = pos - raw_offsets[c]
+        local = np.zeros(N_CONTEXTS * ALPHABET, np.int64)
+        k0 = offsets[c]
+        nu, n_out = _analyze_chunk(codes, mags, syms[k0:], ctxs[k0:], local, raw[raw_offsets[c]:],
+                                   h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+        n_raw[c] = n_out
         n_unpred[c] = nu
-        for w in range(_HIST_WAYS):
-            for t in range(N_CONTEXTS):
-                for s_ in range(ALPHABET):
-                    hist[c, t, s_] += local[(w * N_CONTEXTS + t) * ALPHABET + s_]
+        t = numba.get_thread_id()
+        for ctx in range(N_CONTEXTS):
+            for s_ in range(ALPHABET):
+                hist[t, ctx, s_] += local[ctx * ALPHABET + s_]
+
+
+@njit(nogil=True, _nrt=False)
+def _analyze_chunk(codes, mags, syms, ctxs, local, raw, h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base):
+    """One chunk of :func:`analyze`: returns ``(unpredictable values, raw bytes written)``.
+    ``uint64`` indices (no wraparound code), no reference counting."""
+    p1 = h2 + 1
+    p0 = (h1 + 1) * p1
+    up0 = np.uint64(p0)
+    up1 = np.uint64(p1)
+    nu = 0
+    acc = np.int64(0)
+    nacc = np.int64(0)
+    pos = 0
+    k = np.uint64(0)
+    for a in range(h0):
+        for b in range(h1):
+            f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+            if st == 0:
+                continue
+            idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
+            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
+            ust = np.uint64(st)
+            step = np.uint64(st * d2)
+            for _ in range(f, lo2 + h2, st):
+                ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - np.uint64(1)]
+                code = np.int64(codes[idx])
+                if code == UNPREDICTABLE:
+                    sym = ESCAPE
+                    nu += 1
+                else:
+                    z = zigzag(code - RADIUS)
+                    if z < DIRECT:
+                        sym = z
+                    else:
+                        sym, nbits, extra = to_symbol(z)
+                        acc, nacc, pos = rans.bits_put(acc, nacc, raw, pos, extra, nbits)
+                mags[p] = (sym > 0) + (sym > 2)
+                syms[k] = sym
+                ctxs[k] = ctx
+                local[ctx * np.uint64(ALPHABET) + np.uint64(sym)] += 1
+                k += np.uint64(1)
+                p += ust
+                idx += step
+    pos = rans.bits_flush(acc, nacc, raw, pos)
+    return nu, pos
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -187,6 +197,8 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
     d1 = stride[1] * n2
     d2 = stride[2]
     r0, r1, r2 = refined[0], refined[1], refined[2]
+    flat = enc.ravel()
+    n_s = enc.shape[1]
     for c in prange(boxes.shape[0]):
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
         pos = buf_offsets[c]
@@ -203,13 +215,23 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
                             for b in range(itemsize):
                                 buf[pos] = orig_bytes[idx * itemsize + b]
                                 pos += 1
-        end = buf_offsets[c + 1]
-        state = np.int64(rans.RANS_L)
-        rpos = end
-        for k in range(offsets[c + 1] - 1, offsets[c] - 1, -1):
-            state, rpos = rans.encode_put_fast(state, buf, rpos, enc[ctxmap[ctxs[k]], syms[k]])
-        rpos = rans.encode_flush(state, buf, rpos)
-        n_rans[c] = end - rpos
+        k0, k1 = offsets[c], offsets[c + 1]
+        n_rans[c] = _encode_chunk(syms[k0:k1], ctxs[k0:k1], ctxmap, flat, n_s, buf[:buf_offsets[c + 1]])
+
+
+@njit(nogil=True, _nrt=False)
+def _encode_chunk(syms, ctxs, ctxmap, enc, n_s, buf):
+    """rANS-code the symbols of a chunk backwards into the end of ``buf``; returns the number
+    of bytes written. ``uint64`` indices, no reference counting."""
+    state = np.int64(rans.RANS_L)
+    end = buf.shape[0]
+    rpos = end
+    for i in range(syms.shape[0]):
+        k = np.uint64(syms.shape[0] - 1 - i)
+        j = rans.encoder_offset(ctxmap[np.uint64(ctxs[k])], syms[k], n_s)
+        state, rpos = rans.encode_put_fast(state, buf, rpos, enc, j)
+    rpos = rans.encode_flush(state, buf, rpos)
+    return end - rpos
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -259,6 +281,8 @@ def _mag_of_symbol(sym):
 
 #: Code of each symbol below ``DIRECT`` (no raw bits).
 _DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z in range(DIRECT)], np.int32)
+#: Magnitude class of the code of each symbol (every byte value, so any table entry indexes it).
+_MAG_OF_SYMBOL = np.array([0 if z == 0 else (1 if z < 3 else 2) for z in range(256)], np.uint64)
 
 
 @njit(nogil=True, cache=True)
@@ -275,111 +299,132 @@ def read_varints(buf, pos, n):
     return out, pos
 
 
-@njit(nogil=True, cache=True)
-def _escape(idx, payload, io, codes, out_bytes, itemsize, end):
-    """An unpredictable value: copy its stored bytes (position ``io[0]``) to the output.
-    Returns False when the value is missing."""
-    codes[idx] = UNPREDICTABLE
-    u_pos = io[0]
-    if u_pos + itemsize > end:
-        return False
-    for b in range(itemsize):
-        out_bytes[idx * itemsize + b] = payload[u_pos + b]
-    io[0] = u_pos + itemsize
-    return True
+@njit(inline="always")
+def _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero):
+    """Decode one symbol of context ``ctx`` with state ``sa``: ``(symbol, state, rpos)``.
+    Symbol 0 owns the first ``zero[ctx]`` slots of its table: a predictable branch settles
+    it without a table load, which takes the table off the dependency chain (the common case
+    in smooth regions)."""
+    slot = sa & _SLOT_MASK
+    if slot < zero[ctx]:
+        sym = np.uint8(0)
+        sa = zero[ctx] * (sa >> tables.SCALE_BITS) + slot
+        while sa < rans.RANS_L:
+            sa = (sa << 8) | (payload[np.uint64(rpos)] if rpos < r_end else 0)
+            rpos += 1
+        return sym, sa, rpos
+    sym, inf = rans.decode_lookup(sa, symbols, info, ctx)
+    if sym <= ESCAPE:
+        sa, rpos = rans.decode_step(sa, inf, payload, rpos, r_end)
+    return sym, sa, rpos
 
 
-@njit(nogil=True)
-def _decode_chunk(payload, pos, r_end, x_end, end, dtab, mags, codes, out_bytes, itemsize, io,
-                  h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base):
-    """rANS-decode a chunk in raster order, writing each code to ``codes``.
+@njit(nogil=True, _nrt=False)
+def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1, h2, lo0, lo1, lo2, r0, r1, r2, base):
+    """Phase 1 of a chunk: rANS-decode its symbols in raster order into ``out`` (uint8).
 
     ``mags`` is the chunk's grid with a zero border on the low side of each axis, shape
     ``(h0 + 1) * (h1 + 1) * (h2 + 1)``, pre-filled with the magnitude classes of coarser
-    points; contexts are read from it (an L1-resident buffer, not the big code array).
-    Raw bits follow ``r_end``; ``io[0]`` is the position of the stored values.
-    Returns ``(ok, rpos, final state, raw-bits position)``.
+    points; contexts are read from it and each decoded point's class is written to it.
+    ``symbols``/``info`` are the split decode tables of the 27 contexts. Two rANS states
+    alternate (point ``k`` of the chunk uses state ``k & 1``) so that their dependency
+    chains overlap. Returns ``(ok, rpos, n)``: ``ok`` is False on an invalid symbol or when
+    the final states are not the encoder's initial ones; ``n`` symbols were written.
+
+    The loop touches only chunk-local buffers and the tables, with ``uint64`` indices (no
+    negative-index wraparound code) and no reference counting (``_nrt=False``).
     """
     p1 = h2 + 1
     p0 = (h1 + 1) * p1
+    up0 = np.uint64(p0)
+    up1 = np.uint64(p1)
+    sa, rpos = rans.decode_init(payload, rpos, r_end)
+    sb = rans.RANS_L
+    if sa < rans.RANS_L:
+        return False, rpos, 0
+    k = np.uint64(0)
+    for a in range(h0):
+        for b in range(h1):
+            f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+            if st == 0:
+                continue
+            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
+            # The two loops differ only in where the previous point's class comes from: a
+            # register (st == 1) keeps a store-to-load round trip off the serial dependency
+            # chain; for st == 2 the previous point is coarser and in the grid.
+            if st == 1:
+                prev = np.uint64(0)
+                for _ in range(f, lo2 + h2):
+                    ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + prev
+                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
+                    if sym > ESCAPE:
+                        return False, rpos, 0
+                    prev = np.uint64((sym > 0) + (sym > 2))
+                    mags[p] = prev
+                    out[k] = sym
+                    p += np.uint64(1)
+                    k += np.uint64(1)
+            else:
+                for _ in range(f, lo2 + h2, 2):
+                    ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - np.uint64(1)]
+                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
+                    if sym > ESCAPE:
+                        return False, rpos, 0
+                    mags[p] = (sym > 0) + (sym > 2)
+                    out[k] = sym
+                    p += np.uint64(2)
+                    k += np.uint64(1)
+    return sa == rans.RANS_L and sb == rans.RANS_L, rpos, k
+
+
+@njit(nogil=True, _nrt=False)
+def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, itemsize,
+                 h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base):
+    """Phase 2 of a chunk: the code of each decoded symbol, in the same raster order, to
+    ``codes`` -- with its raw bits (from ``x_pos``) or, for an unpredictable value, its stored
+    bytes (from ``u_pos``) copied to ``out_bytes``. Returns the final ``(x_pos, u_pos)``;
+    ``u_pos`` is -1 if a stored value is missing."""
     acc = np.int64(0)
     nacc = np.int64(0)
-    x_pos = r_end
-    state, rpos = rans.decode_init(payload, pos, r_end)
-    if state < rans.RANS_L:
-        return False, rpos, state, x_pos
+    k = np.uint64(0)
+    usize = np.uint64(itemsize)
     for a in range(h0):
         g0 = lo0 + a
         for b in range(h1):
             f, st = _row(g0, lo1 + b, lo2, r0, r1, r2, base)
             if st == 0:
                 continue
-            p = (a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2)
-            idx = g0 * d0 + (lo1 + b) * d1 + f * d2
-            step = st * d2
-            # The two loops below differ only in where the previous point's class comes from;
-            # they are written out twice on purpose: a register (st == 1) keeps a store-to-load
-            # round trip off the decoder's serial dependency chain (25 % faster, measured).
-            if st == 1:
-                # the previous point of the row is this level's: keep its class in a register
-                prev = 0
-                for _ in range(f, lo2 + h2):
-                    entry = np.int64(dtab[9 * mags[p - p0] + 3 * mags[p - p1] + prev, state & _SLOT_MASK])
-                    sym = entry & 0xFF
-                    if sym < DIRECT:
-                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
-                        codes[idx] = _DIRECT_CODES[sym]
-                        prev = _mag_of_symbol(sym)
-                    elif sym < ESCAPE:
-                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
-                        extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, extra_bits(sym))
-                        codes[idx] = RADIUS + unzigzag(from_symbol(sym, extra))
-                        prev = 2
-                    else:
-                        if not rans.entry_valid(entry):
-                            return False, rpos, state, x_pos
-                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
-                        if not _escape(idx, payload, io, codes, out_bytes, itemsize, end):
-                            return False, rpos, state, x_pos
-                        prev = 2
-                    mags[p] = prev
-                    p += 1
-                    idx += step
-            else:
-                # the previous point of the row is coarser: its class is in the grid
-                for _ in range(f, lo2 + h2, 2):
-                    entry = np.int64(dtab[9 * mags[p - p0] + 3 * mags[p - p1] + mags[p - 1], state & _SLOT_MASK])
-                    sym = entry & 0xFF
-                    if sym < DIRECT:
-                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
-                        codes[idx] = _DIRECT_CODES[sym]
-                        mags[p] = _mag_of_symbol(sym)
-                    elif sym < ESCAPE:
-                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
-                        extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, extra_bits(sym))
-                        codes[idx] = RADIUS + unzigzag(from_symbol(sym, extra))
-                        mags[p] = 2
-                    else:
-                        if not rans.entry_valid(entry):
-                            return False, rpos, state, x_pos
-                        state, rpos = rans.decode_advance(state, payload, rpos, r_end, entry)
-                        if not _escape(idx, payload, io, codes, out_bytes, itemsize, end):
-                            return False, rpos, state, x_pos
-                        mags[p] = 2
-                    p += 2
-                    idx += step
-    return True, rpos, state, x_pos
+            idx = np.uint64(g0 * d0 + (lo1 + b) * d1 + f * d2)
+            step = np.uint64(st * d2)
+            for _ in range(f, lo2 + h2, st):
+                sym = np.int64(syms[k])
+                if sym < DIRECT:
+                    codes[idx] = _DIRECT_CODES[np.uint64(sym)]
+                elif sym < ESCAPE:
+                    extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, extra_bits(sym))
+                    codes[idx] = RADIUS + unzigzag(from_symbol(sym, extra))
+                else:
+                    codes[idx] = UNPREDICTABLE
+                    if u_pos + itemsize > end:
+                        return x_pos, -1
+                    o = idx * usize
+                    for j in range(itemsize):
+                        out_bytes[o + np.uint64(j)] = payload[np.uint64(u_pos + j)]
+                    u_pos += itemsize
+                k += np.uint64(1)
+                idx += step
+    return x_pos, u_pos
 
 
 @njit(parallel=True, nogil=True, cache=True)
 def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, stride, refined,
-           base, boxes, dtab, errors):
+           base, boxes, symbols, info, errors):
     """Decode the chunks ``chunk_ids`` of a level into ``codes`` (and unpredictable values
     into ``out_bytes``, the output array's bytes).
 
-    Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``; ``dtab`` holds the level's
-    packed decode table (:func:`strata.entropy.tables.decode_table`) for each of the 27
-    contexts. ``codes`` must hold the codes of the coarser levels inside the chunks (they
+    Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``; ``symbols``/``info`` hold
+    the level's split decode tables (:func:`strata.entropy.tables.split_decode_tables`) for
+    each of the 27 contexts. ``codes`` must hold the codes of the coarser levels inside the chunks (they
     give the contexts). ``errors[j]`` is set to a non-zero reason when the chunk is
     inconsistent: 1 bad lengths, 2 invalid symbol or missing value, 3 rANS stream not
     consumed exactly, 4 raw bits or stored values not consumed exactly.
@@ -389,6 +434,9 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
     d1 = stride[1] * n2
     d2 = stride[2]
     r0, r1, r2 = refined[0], refined[1], refined[2]
+    zero = np.empty(N_CONTEXTS, np.int64)
+    for c in range(N_CONTEXTS):
+        zero[c] = info[c << 8] & 0xFFF if symbols[c << tables.SCALE_BITS] == 0 else 0
     for j in prange(chunk_ids.shape[0]):
         c = chunk_ids[j]
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
@@ -402,16 +450,20 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
         r_end = pos + n_r
         x_end = r_end + n_x
         mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
-        io = np.zeros(1, np.int64)
-        io[0] = x_end
-        ok, rpos, state, x_pos = _decode_chunk(payload, pos, r_end, x_end, end, dtab, mags, codes, out_bytes,
-                                               itemsize, io, h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2,
-                                               base)
+        syms = np.empty(h0 * h1 * h2, np.uint8)
+        ok, rpos, n = _decode_symbols(payload, pos, r_end, symbols, info, zero, mags, syms, h0, h1, h2, lo0, lo1,
+                                      lo2, r0, r1, r2, base)
         if not ok:
-            errors[j] = 2
-        elif rpos != r_end or state != rans.RANS_L:
+            errors[j] = 2 if n == 0 else 3
+            continue
+        if rpos != r_end:
             errors[j] = 3
-        elif x_pos != x_end or io[0] != end:
+            continue
+        x_pos, u_pos = _place_codes(syms, payload, r_end, x_end, x_end, end, codes, out_bytes, itemsize,
+                                    h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+        if u_pos < 0:
+            errors[j] = 2
+        elif x_pos != x_end or u_pos != end:
             errors[j] = 4
 
 
@@ -443,7 +495,7 @@ _GROUPS = np.stack(CONTEXT_GROUPS).astype(np.int64)
 
 
 def level_tables(hist: np.ndarray):
-    """From per-chunk histograms ``(n_chunks, 27, ALPHABET)``: the grouping chosen (index
+    """From histograms ``(n, 27, ALPHABET)`` (summed over ``n``): the grouping chosen (index
     into :data:`CONTEXT_GROUPS`, smallest estimated size), its serialized tables, and the
     encoder constants (:func:`strata.entropy.rans.encoder_table`)."""
     counts = hist.sum(axis=0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import struct
 
+import numba
 import numpy as np
 from numba import parallel_chunksize
 
@@ -185,7 +186,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     n_chunks = len(sizes)
     syms = np.empty(n, np.uint8)
     ctxs = np.empty(n, np.uint8)
-    hist = np.zeros((n_chunks, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
+    hist = np.zeros((numba.config.NUMBA_NUM_THREADS, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
     raw_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(3 * sizes + 8, out=raw_offsets[1:])
     raw = np.empty(int(raw_offsets[-1]), np.uint8)

@@ -68,24 +68,31 @@ def _rule(i, n, s, cubic):
 
 
 @njit(inline="always")
+def _cubic(x, idx, d1, d3):
+    """Cubic prediction of ``x[idx]`` (unsigned index and distances: no wraparound code)."""
+    return (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
+            - np.float64(x[idx - d3]) - np.float64(x[idx + d3])) * 0.0625
+
+
+@njit(inline="always")
 def _apply(x, idx, d1, rule):
-    """Prediction of ``x[idx]`` with neighbours ``d1`` apart in memory."""
+    """Prediction of ``x[idx]`` with neighbours ``d1`` apart in memory (both uint64)."""
+    d3 = np.uint64(3) * d1
     if rule == _CUBIC:
-        return (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
-                - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
+        return _cubic(x, idx, d1, d3)
     if rule == _LINEAR:
         return 0.5 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
     if rule == _QUAD_LEFT:
         return (3.0 * np.float64(x[idx - d1]) + 6.0 * np.float64(x[idx + d1])
-                - np.float64(x[idx + 3 * d1])) * 0.125
+                - np.float64(x[idx + d3])) * 0.125
     if rule == _QUAD_RIGHT:
         return (6.0 * np.float64(x[idx - d1]) + 3.0 * np.float64(x[idx + d1])
-                - np.float64(x[idx - 3 * d1])) * 0.125
+                - np.float64(x[idx - d3])) * 0.125
     if rule == _EXTRAP_QUAD:
-        return (15.0 * np.float64(x[idx - d1]) - 10.0 * np.float64(x[idx - 3 * d1])
-                + 3.0 * np.float64(x[idx - 5 * d1])) * 0.125
+        return (15.0 * np.float64(x[idx - d1]) - 10.0 * np.float64(x[idx - d3])
+                + 3.0 * np.float64(x[idx - np.uint64(5) * d1])) * 0.125
     if rule == _EXTRAP_LINEAR:
-        return 1.5 * np.float64(x[idx - d1]) - 0.5 * np.float64(x[idx - 3 * d1])
+        return 1.5 * np.float64(x[idx - d1]) - 0.5 * np.float64(x[idx - d3])
     return np.float64(x[idx - d1])
 
 
@@ -244,29 +251,47 @@ def _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, s
     k0 = blk * _BLOCK
     k1 = min(c2, k0 + _BLOCK)
     row = i0 * mem0 + i1 * n2 + f2
-    # off axis 2 the rule is the same along the whole row; on it, interior points are cubic
-    rule = _rule(i0 if axis == 0 else i1, n_axis, s, cub) if axis != 2 else -1
-    if mode == 2 and rule == _EXTRAP_QUAD:
-        rule = _EXTRAP_LINEAR  # a preview compounds extrapolation over the levels it skips
-    if rule == _CUBIC:
-        for k in range(k0, k1):
-            idx = row + k * st2
-            pred = (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
-                    - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
-            _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width)
-    else:
-        for k in range(k0, k1):
-            idx = row + k * st2
-            i = f2 + k * st2
-            if rule >= 0:
-                pred = _apply(x, idx, d1, rule)
-            elif cub and i >= 3 * s and i + 3 * s < n_axis:
-                pred = (9.0 * (np.float64(x[idx - d1]) + np.float64(x[idx + d1]))
-                        - np.float64(x[idx - 3 * d1]) - np.float64(x[idx + 3 * d1])) * 0.0625
-            else:
-                r = _rule(i, n_axis, s, cub)
-                pred = _apply(x, idx, d1, _EXTRAP_LINEAR if mode == 2 and r == _EXTRAP_QUAD else r)
-            _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width)
+    # unsigned indices: numba adds no negative-index wraparound to the loads (2x fewer instructions)
+    urow = np.uint64(row)
+    ust = np.uint64(st2)
+    u1 = np.uint64(d1)
+    u3 = np.uint64(3 * d1)
+    if axis != 2:
+        # off axis 2 the rule is the same along the whole row
+        rule = _rule(i0 if axis == 0 else i1, n_axis, s, cub)
+        if mode == 2 and rule == _EXTRAP_QUAD:
+            rule = _EXTRAP_LINEAR  # a preview compounds extrapolation over the levels it skips
+        if rule == _CUBIC:
+            for k in range(k0, k1):
+                idx = urow + np.uint64(k) * ust
+                _point(mode, x, codes, orig, idx, _cubic(x, idx, u1, u3), eb, inv_bin, bin_width)
+        else:
+            for k in range(k0, k1):
+                idx = urow + np.uint64(k) * ust
+                _point(mode, x, codes, orig, idx, _apply(x, idx, u1, rule), eb, inv_bin, bin_width)
+        return
+    # along axis 2: points k in [c_lo, c_hi) are interior (cubic), the others near an edge
+    c_lo = c_hi = k1
+    if cub:
+        c_lo = min(k1, max(k0, -((f2 - 3 * s) // st2)))
+        c_hi = min(k1, max(c_lo, -((f2 + 3 * s - n_axis) // st2)))
+    for k in range(k0, c_lo):
+        _edge_point(mode, x, codes, orig, urow + np.uint64(k) * ust, f2 + k * st2, n_axis, s, cub, u1,
+                    eb, inv_bin, bin_width)
+    for k in range(c_lo, c_hi):
+        idx = urow + np.uint64(k) * ust
+        _point(mode, x, codes, orig, idx, _cubic(x, idx, u1, u3), eb, inv_bin, bin_width)
+    for k in range(c_hi, k1):
+        _edge_point(mode, x, codes, orig, urow + np.uint64(k) * ust, f2 + k * st2, n_axis, s, cub, u1,
+                    eb, inv_bin, bin_width)
+
+
+@njit(inline="always")
+def _edge_point(mode, x, codes, orig, idx, i, n_axis, s, cub, u1, eb, inv_bin, bin_width):
+    r = _rule(i, n_axis, s, cub)
+    if mode == 2 and r == _EXTRAP_QUAD:
+        r = _EXTRAP_LINEAR
+    _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), eb, inv_bin, bin_width)
 
 
 def pass_table(plan, bounds, cubic, part=None, key=None):

@@ -314,7 +314,7 @@ class LossyReader:
         np.cumsum(lens, out=offsets[1:])
         if offsets[-1] != entry.payload_len:
             raise CorruptStreamError(f"level {lv}: chunk lengths do not add up to the payload")
-        t = _LevelTables(cmap, tile, tables.decode_table(freq, cmap), offsets, crcs)
+        t = _LevelTables(cmap, tile, tables.split_decode_tables(freq, cmap), offsets, crcs)
         self._tables[lv] = t
         return t
 
@@ -347,7 +347,7 @@ class LossyReader:
         errors = np.zeros(len(ids), np.int64)
         with parallel_chunksize(1):
             chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
-                          base_flag, boxes, t.dtab, errors)
+                          base_flag, boxes, *t.dtab, errors)
         bad = np.nonzero(errors)[0]
         if len(bad):
             j = int(bad[0])

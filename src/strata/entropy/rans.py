@@ -156,6 +156,25 @@ def decode_step(state, info, buf, pos, end):
 
 
 @njit(inline="always")
+def renormalize(state, buf, pos, last):
+    """Decoder renormalization without a data-dependent branch: after a valid symbol the
+    state is at least ``RANS_L >> SCALE_BITS``, so ``n = (state < RANS_L) + (state < RANS_L >> 8)``
+    bytes (0, 1 or 2) restore it; the bytes at ``pos`` and ``pos + 1`` (indices clamped to
+    ``last = len(buf) - 1``, which a valid stream never passes) are shifted in."""
+    n = np.int64(state < RANS_L) + np.int64(state < (RANS_L >> 8))
+    v = (np.int64(buf[np.uint64(min(pos, last))]) << 8) | np.int64(buf[np.uint64(min(pos + 1, last))])
+    return (state << (8 * n)) | (v >> (16 - 8 * n)), pos + n
+
+
+@njit(inline="always")
+def decode_step_select(state, info, buf, pos, last):
+    """:func:`decode_step` with :func:`renormalize`: no branch to mispredict when symbols
+    carry a few bits each. ``info`` must be valid."""
+    state = np.int64(info & 0xFFF) * (state >> SCALE_BITS) + (state & _MASK) - np.int64(info >> 12)
+    return renormalize(state, buf, pos, last)
+
+
+@njit(inline="always")
 def bits_put(acc, nacc, buf, pos, value, nbits):
     """Append ``nbits`` (<= 32) raw bits, least significant first; returns ``(acc, nacc, pos)``."""
     acc |= value << nacc

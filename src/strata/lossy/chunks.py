@@ -121,6 +121,7 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
     d1 = stride[1] * n2
     d2 = stride[2]
     r0, r1, r2 = refined[0], refined[1], refined[2]
+    chunksize = numba.set_parallel_chunksize(1)  # chunks differ in cost: hand them out one at a time
     for c in prange(boxes.shape[0]):
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
         h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
@@ -135,6 +136,7 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
         for ctx in range(N_CONTEXTS):
             for s_ in range(ALPHABET):
                 hist[t, ctx, s_] += local[ctx * ALPHABET + s_]
+    numba.set_parallel_chunksize(chunksize)
 
 
 @njit(nogil=True, _nrt=False)
@@ -199,6 +201,7 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
     r0, r1, r2 = refined[0], refined[1], refined[2]
     flat = enc.ravel()
     n_s = enc.shape[1]
+    chunksize = numba.set_parallel_chunksize(1)  # chunks differ in cost: hand them out one at a time
     for c in prange(boxes.shape[0]):
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
         pos = buf_offsets[c]
@@ -217,17 +220,19 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
                                 pos += 1
         k0, k1 = offsets[c], offsets[c + 1]
         n_rans[c] = _encode_chunk(syms[k0:k1], ctxs[k0:k1], ctxmap, flat, n_s, buf[:buf_offsets[c + 1]])
+    numba.set_parallel_chunksize(chunksize)
 
 
 @njit(nogil=True, _nrt=False)
 def _encode_chunk(syms, ctxs, ctxmap, enc, n_s, buf):
     """rANS-code the symbols of a chunk backwards into the end of ``buf``; returns the number
     of bytes written. ``uint64`` indices, no reference counting."""
-    state = np.int64(rans.RANS_L)
+    n = syms.shape[0]
     end = buf.shape[0]
     rpos = end
-    for i in range(syms.shape[0]):
-        k = np.uint64(syms.shape[0] - 1 - i)
+    state = np.int64(rans.RANS_L)
+    for i in range(n):
+        k = np.uint64(n - 1 - i)
         j = rans.encoder_offset(ctxmap[np.uint64(ctxs[k])], syms[k], n_s)
         state, rpos = rans.encode_put_fast(state, buf, rpos, enc, j)
     rpos = rans.encode_flush(state, buf, rpos)
@@ -300,36 +305,40 @@ def read_varints(buf, pos, n):
 
 
 @njit(inline="always")
-def _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero):
+def _symbol(ctx, sa, payload, rpos, last, symbols, info, zero):
     """Decode one symbol of context ``ctx`` with state ``sa``: ``(symbol, state, rpos)``.
-    Symbol 0 owns the first ``zero[ctx]`` slots of its table: a predictable branch settles
-    it without a table load, which takes the table off the dependency chain (the common case
-    in smooth regions)."""
+
+    Symbol 0 owns the first ``zero[ctx]`` slots of its table: where it is the common case
+    (``zero`` is all 0 otherwise), a well-predicted branch settles it without a table load,
+    which takes the table off the dependency chain. The other path has no data-dependent
+    branch. A symbol above ``ESCAPE`` comes only from an unused table of a corrupted stream:
+    the caller rejects the chunk; meanwhile every index stays in bounds (slots are masked,
+    reads clamped to ``last``)."""
     slot = sa & _SLOT_MASK
-    if slot < zero[ctx]:
-        sym = np.uint8(0)
-        sa = zero[ctx] * (sa >> tables.SCALE_BITS) + slot
+    z = zero[ctx]
+    if slot < z:  # symbol 0: rarely needs a byte, so a loop (well predicted) is cheapest
+        sa = z * (sa >> tables.SCALE_BITS) + slot
         while sa < rans.RANS_L:
-            sa = (sa << 8) | (payload[np.uint64(rpos)] if rpos < r_end else 0)
+            sa = (sa << 8) | np.int64(payload[np.uint64(min(rpos, last))])
             rpos += 1
-        return sym, sa, rpos
+        return np.uint8(0), sa, rpos
     sym, inf = rans.decode_lookup(sa, symbols, info, ctx)
-    if sym <= ESCAPE:
-        sa, rpos = rans.decode_step(sa, inf, payload, rpos, r_end)
+    sa, rpos = rans.decode_step_select(sa, inf, payload, rpos, last)
     return sym, sa, rpos
 
 
 @njit(nogil=True, _nrt=False)
-def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1, h2, lo0, lo1, lo2, r0, r1, r2, base):
+def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1, h2, lo0, lo1, lo2, r0, r1, r2,
+                    base):
     """Phase 1 of a chunk: rANS-decode its symbols in raster order into ``out`` (uint8).
 
     ``mags`` is the chunk's grid with a zero border on the low side of each axis, shape
     ``(h0 + 1) * (h1 + 1) * (h2 + 1)``, pre-filled with the magnitude classes of coarser
     points; contexts are read from it and each decoded point's class is written to it.
-    ``symbols``/``info`` are the split decode tables of the 27 contexts. Two rANS states
-    alternate (point ``k`` of the chunk uses state ``k & 1``) so that their dependency
-    chains overlap. Returns ``(ok, rpos, n)``: ``ok`` is False on an invalid symbol or when
-    the final states are not the encoder's initial ones; ``n`` symbols were written.
+    ``symbols``/``info`` are the split decode tables of the 27 contexts, ``zero`` the slots
+    of symbol 0 per context where the fast path is on (see :func:`_symbol`). Returns
+    ``(ok, rpos, n)``: ``ok`` is False on an invalid symbol or when the final state is not
+    the encoder's initial one; ``n`` symbols were written.
 
     The loop touches only chunk-local buffers and the tables, with ``uint64`` indices (no
     negative-index wraparound code) and no reference counting (``_nrt=False``).
@@ -339,10 +348,11 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1
     up0 = np.uint64(p0)
     up1 = np.uint64(p1)
     sa, rpos = rans.decode_init(payload, rpos, r_end)
-    sb = rans.RANS_L
     if sa < rans.RANS_L:
         return False, rpos, 0
     k = np.uint64(0)
+    top = np.uint8(0)
+    last = payload.shape[0] - 1
     for a in range(h0):
         for b in range(h1):
             f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
@@ -356,9 +366,8 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1
                 prev = np.uint64(0)
                 for _ in range(f, lo2 + h2):
                     ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + prev
-                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
-                    if sym > ESCAPE:
-                        return False, rpos, 0
+                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, last, symbols, info, zero)
+                    top = max(top, sym)
                     prev = np.uint64((sym > 0) + (sym > 2))
                     mags[p] = prev
                     out[k] = sym
@@ -367,14 +376,15 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1
             else:
                 for _ in range(f, lo2 + h2, 2):
                     ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - np.uint64(1)]
-                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
-                    if sym > ESCAPE:
-                        return False, rpos, 0
+                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, last, symbols, info, zero)
+                    top = max(top, sym)
                     mags[p] = (sym > 0) + (sym > 2)
                     out[k] = sym
                     p += np.uint64(2)
                     k += np.uint64(1)
-    return sa == rans.RANS_L and sb == rans.RANS_L, rpos, k
+            if top > ESCAPE:
+                return False, rpos, 0
+    return sa == rans.RANS_L, rpos, k
 
 
 @njit(nogil=True, _nrt=False)
@@ -418,25 +428,25 @@ def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, item
 
 @njit(parallel=True, nogil=True, cache=True)
 def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, stride, refined,
-           base, boxes, symbols, info, errors):
+           base, boxes, symbols, info, zero, errors):
     """Decode the chunks ``chunk_ids`` of a level into ``codes`` (and unpredictable values
     into ``out_bytes``, the output array's bytes).
 
     Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``; ``symbols``/``info`` hold
     the level's split decode tables (:func:`strata.entropy.tables.split_decode_tables`) for
-    each of the 27 contexts. ``codes`` must hold the codes of the coarser levels inside the chunks (they
-    give the contexts). ``errors[j]`` is set to a non-zero reason when the chunk is
-    inconsistent: 1 bad lengths, 2 invalid symbol or missing value, 3 rANS stream not
-    consumed exactly, 4 raw bits or stored values not consumed exactly.
+    each of the 27 contexts, and ``zero`` (int64, 27) the slots of symbol 0 of each where the
+    decoder takes its fast path for that symbol (:func:`zero_fast_path`). ``codes`` must
+    hold the codes of the coarser levels inside the chunks (they give the contexts).
+    ``errors[j]`` is set to a non-zero reason when the chunk is inconsistent: 1 bad lengths,
+    2 invalid symbol or missing value, 3 rANS stream not consumed exactly, 4 raw bits or
+    stored values not consumed exactly.
     """
     n1, n2 = shape[1], shape[2]
     d0 = stride[0] * n1 * n2
     d1 = stride[1] * n2
     d2 = stride[2]
     r0, r1, r2 = refined[0], refined[1], refined[2]
-    zero = np.empty(N_CONTEXTS, np.int64)
-    for c in range(N_CONTEXTS):
-        zero[c] = info[c << 8] & 0xFFF if symbols[c << tables.SCALE_BITS] == 0 else 0
+    chunksize = numba.set_parallel_chunksize(1)  # chunks differ in cost: hand them out one at a time
     for j in prange(chunk_ids.shape[0]):
         c = chunk_ids[j]
         lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
@@ -465,9 +475,23 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
             errors[j] = 2
         elif x_pos != x_end or u_pos != end:
             errors[j] = 4
+    numba.set_parallel_chunksize(chunksize)
 
 
 # ---------------------------------------------------------------------- Python side
+#: Share of zero codes (symbol 0) in a level above which the decoder settles them with a
+#: predicted branch instead of a table load (:func:`_symbol`).
+ZERO_FAST_PATH = 0.7
+
+
+def zero_fast_path(counts: np.ndarray, info: np.ndarray) -> np.ndarray:
+    """Per context, the slots symbol 0 owns (its frequency) if zero codes make up more than
+    ``ZERO_FAST_PATH`` of the level's symbols (``counts``: the level's tables), else 0 (off):
+    the decoder's choice, not part of the stream."""
+    total = counts.sum()
+    if total == 0 or counts[:, 0].sum() < ZERO_FAST_PATH * total:
+        return np.zeros(N_CONTEXTS, np.int64)
+    return (info[::tables.SPLIT_SYMBOLS] & 0xFFF).astype(np.int64)
 @njit(nogil=True, cache=True)
 def grouped_counts(counts, cmap):
     """Counts ``(27, ALPHABET)`` merged into the tables of a context grouping."""

@@ -20,7 +20,6 @@ import struct
 
 import numba
 import numpy as np
-from numba import parallel_chunksize
 
 from ..container import KIND_LOSSY, Writer, crc32, pack
 from ..errors import InvalidInputError, UnsupportedDtypeError
@@ -192,9 +191,8 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     raw = np.empty(int(raw_offsets[-1]), np.uint8)
     n_raw = np.zeros(n_chunks, np.int64)
     n_unpred = np.zeros(n_chunks, np.int64)
-    with parallel_chunksize(1):  # chunks differ in cost: hand them out one at a time
-        chunks.analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets,
-                       n_raw, n_unpred)
+    chunks.analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
+                   n_unpred)
     group, table_bytes, enc = chunks.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
@@ -203,9 +201,8 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     np.cumsum(unpred_bytes + 2 * sizes + 8, out=buf_offsets[1:])
     buf = np.empty(int(buf_offsets[-1]), np.uint8)
     n_rans = np.zeros(n_chunks, np.int64)
-    with parallel_chunksize(1):
-        chunks.encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets,
-                      syms, ctxs, cmap, enc, n_unpred, buf, buf_offsets, n_rans)
+    chunks.encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs,
+                  cmap, enc, n_unpred, buf, buf_offsets, n_rans)
     lens = n_rans + n_raw + unpred_bytes + _varint_len(n_rans) + _varint_len(n_raw)
     out_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(lens, out=out_offsets[1:])

@@ -205,51 +205,68 @@ def _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, a, b, item
     total = c0 * c1 * nb
     if item != -2:
         w0, w1 = (item, item + 1) if item >= 0 else (0, total)
-        for w in range(w0, w1):
-            if mode == 0:
-                _row_encode(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                            axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
-            elif mode == 1:
-                _row_decode(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                            axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
-            else:
-                _row_preview(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                             axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+        if mode == 0:
+            _rows_encode(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+                         axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+        elif mode == 1:
+            _rows_decode(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+                         axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+        else:
+            _rows_preview(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+                          axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
     return total
 
 
-@njit(nogil=True, cache=True)
-def _row_encode(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-                n_axis, d1, cub, eb, inv_bin, bin_width):
-    _row_work(0, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, d1, cub, eb, inv_bin, bin_width)
-
-
-@njit(nogil=True, cache=True)
-def _row_decode(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-                n_axis, d1, cub, eb, inv_bin, bin_width):
-    _row_work(1, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, d1, cub, eb, inv_bin, bin_width)
-
-
-@njit(nogil=True, cache=True)
-def _row_preview(x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+# One compiled row runner per mode (the mode is a constant inside each); no reference counting
+# (``_nrt=False``): they allocate nothing, and are called once per pass or work item.
+@njit(nogil=True, _nrt=False)
+def _rows_encode(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
                  n_axis, d1, cub, eb, inv_bin, bin_width):
-    _row_work(2, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+    _run_rows(0, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+              n_axis, d1, cub, eb, inv_bin, bin_width)
+
+
+@njit(nogil=True, _nrt=False)
+def _rows_decode(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+                 n_axis, d1, cub, eb, inv_bin, bin_width):
+    _run_rows(1, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+              n_axis, d1, cub, eb, inv_bin, bin_width)
+
+
+@njit(nogil=True, _nrt=False)
+def _rows_preview(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+                  n_axis, d1, cub, eb, inv_bin, bin_width):
+    _run_rows(2, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
               n_axis, d1, cub, eb, inv_bin, bin_width)
 
 
 @njit(inline="always")
-def _row_work(mode, x, codes, orig, w, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, d1, cub, eb, inv_bin, bin_width):
-    """Points ``k0 .. k1`` of row ``w // nb`` of a pass (work item ``w``); ``mode`` is a
-    constant in each of the three compiled row functions above."""
-    blk = w % nb
-    r = w // nb
-    i0 = f0 + (r // c1) * steps0
-    i1 = f1 + (r % c1) * steps1
-    k0 = blk * _BLOCK
-    k1 = min(c2, k0 + _BLOCK)
+def _run_rows(mode, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+          n_axis, d1, cub, eb, inv_bin, bin_width):
+    """Work items ``w0 .. w1`` of a pass: item ``w`` is block ``w % nb`` (``_BLOCK`` points)
+    of row ``w // nb``; rows run over axis 1 inside axis 0. The divisions are done once."""
+    r = w0 // nb
+    blk = w0 % nb
+    r0 = r // c1
+    r1 = r % c1
+    for _ in range(w0, w1):
+        k0 = blk * _BLOCK
+        _row_work(mode, x, codes, orig, f0 + r0 * steps0, f1 + r1 * steps1, k0, min(c2, k0 + _BLOCK), f2, st2,
+                  mem0, n2, axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+        blk += 1
+        if blk == nb:
+            blk = 0
+            r1 += 1
+            if r1 == c1:
+                r1 = 0
+                r0 += 1
+
+
+@njit(inline="always")
+def _row_work(mode, x, codes, orig, i0, i1, k0, k1, f2, st2, mem0, n2, axis, s, n_axis, d1, cub, eb, inv_bin,
+              bin_width):
+    """Points ``k0 .. k1`` of the row ``(i0, i1)`` of a pass; ``mode`` is a constant in each
+    of the three compiled row runners above."""
     row = i0 * mem0 + i1 * n2 + f2
     # unsigned indices: numba adds no negative-index wraparound to the loads (2x fewer instructions)
     urow = np.uint64(row)

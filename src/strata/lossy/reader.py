@@ -11,7 +11,6 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from numba import parallel_chunksize
 
 from ..container import KIND_LOSSY, Reader, Source, SourceLike, check_crc, unpack_header
 from ..entropy import tables
@@ -314,7 +313,8 @@ class LossyReader:
         np.cumsum(lens, out=offsets[1:])
         if offsets[-1] != entry.payload_len:
             raise CorruptStreamError(f"level {lv}: chunk lengths do not add up to the payload")
-        t = _LevelTables(cmap, tile, tables.split_decode_tables(freq, cmap), offsets, crcs)
+        symbols, info = tables.split_decode_tables(freq, cmap)
+        t = _LevelTables(cmap, tile, (symbols, info, chunks.zero_fast_path(counts, info)), offsets, crcs)
         self._tables[lv] = t
         return t
 
@@ -345,9 +345,8 @@ class LossyReader:
         payload = np.frombuffer(parts[0], np.uint8) if len(parts) == 1 else np.frombuffer(b"".join(parts), np.uint8)
         shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv, t.tile)
         errors = np.zeros(len(ids), np.int64)
-        with parallel_chunksize(1):
-            chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
-                          base_flag, boxes, *t.dtab, errors)
+        chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
+                      base_flag, boxes, *t.dtab, errors)
         bad = np.nonzero(errors)[0]
         if len(bad):
             j = int(bad[0])

@@ -111,3 +111,23 @@ def test_unpredictable_values_are_exact():
     assert (codes == UNPREDICTABLE).any()
     assert np.all((codes == UNPREDICTABLE) | (np.abs(codes.astype(np.int64) - RADIUS) < RADIUS))
     assert np.all(np.abs(x.astype(np.float64) - a) <= 1e-3)
+
+
+@pytest.mark.parametrize("shape", [(64, 192), (9, 17, 33), (5000,)])
+def test_whole_array_trial_codes_are_the_final_codes(shape):
+    """On small arrays the tuner's winning trial covers every point; the compressor reuses
+    its codes, which must equal a full prediction pass with the chosen settings."""
+    from strata.lossy.codec import predict_all
+    from strata.lossy.header import LossyHeader
+    from strata.lossy.partition import Partition, as_3d_shape
+    from strata.lossy.tune import choose
+
+    rng = np.random.default_rng(3)
+    a = np.cumsum(rng.standard_normal(shape), axis=-1).astype(np.float32)
+    eb = 1e-3 * float(np.ptp(a))
+    settings, codes = choose(a, eb)
+    assert codes is not None
+    part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
+    h = LossyHeader(a.shape, a.dtype, 0, eb, eb, settings.order, settings.flat, settings.alpha8, settings.beta8,
+                    (1 << len(part.steps)) - 1 if settings.cubic else 0)
+    assert np.array_equal(codes, predict_all(a.reshape(-1), part, h))

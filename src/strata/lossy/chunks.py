@@ -107,12 +107,12 @@ def _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2,
 
 @njit(parallel=True, nogil=True, cache=True)
 def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
-            n_unpred):
+            n_unpred, n_workers):
     """Symbols, contexts, raw bits and histograms of every chunk of a level (encoder, pass 1).
 
     ``syms``/``ctxs`` (uint8, level points in chunk order) receive each point's symbol and
-    context; ``hist[t, ctx, sym]`` (int64, ``t`` < ``NUMBA_NUM_THREADS``) accumulates the
-    counts of the chunks worker thread ``t`` handled; ``raw[raw_offsets[c]:]`` the raw bits of
+    context; ``hist[w, ctx, sym]`` (int64, ``w < n_workers``) accumulates the counts of the
+    chunks worker ``w`` handled; ``raw[raw_offsets[c]:]`` the raw bits of
     chunk ``c`` (``n_raw[c]`` bytes; room for 3 bytes per point); ``n_unpred[c]`` its number
     of unpredictable values.
     """
@@ -121,22 +121,21 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
     d1 = stride[1] * n2
     d2 = stride[2]
     r0, r1, r2 = refined[0], refined[1], refined[2]
-    chunksize = numba.set_parallel_chunksize(1)  # chunks differ in cost: hand them out one at a time
-    for c in prange(boxes.shape[0]):
-        lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-        h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
-        mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
-        local = np.zeros(N_CONTEXTS * ALPHABET, np.int64)
-        k0 = offsets[c]
-        nu, n_out = _analyze_chunk(codes, mags, syms[k0:], ctxs[k0:], local, raw[raw_offsets[c]:],
-                                   h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
-        n_raw[c] = n_out
-        n_unpred[c] = nu
-        t = numba.get_thread_id()
-        for ctx in range(N_CONTEXTS):
-            for s_ in range(ALPHABET):
-                hist[t, ctx, s_] += local[ctx * ALPHABET + s_]
-    numba.set_parallel_chunksize(chunksize)
+    # chunks differ in cost: each worker takes every n_workers-th chunk
+    for w in prange(n_workers):
+        for c in range(w, boxes.shape[0], n_workers):
+            lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
+            h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
+            mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
+            local = np.zeros(N_CONTEXTS * ALPHABET, np.int64)
+            k0 = offsets[c]
+            nu, n_out = _analyze_chunk(codes, mags, syms[k0:], ctxs[k0:], local, raw[raw_offsets[c]:],
+                                       h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+            n_raw[c] = n_out
+            n_unpred[c] = nu
+            for ctx in range(N_CONTEXTS):
+                for s_ in range(ALPHABET):
+                    hist[w, ctx, s_] += local[ctx * ALPHABET + s_]
 
 
 @njit(nogil=True, _nrt=False)
@@ -187,7 +186,7 @@ def _analyze_chunk(codes, mags, syms, ctxs, local, raw, h0, h1, h2, lo0, lo1, lo
 
 @njit(parallel=True, nogil=True, cache=True)
 def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs,
-           ctxmap, enc, n_unpred, buf, buf_offsets, n_rans):
+           ctxmap, enc, n_unpred, buf, buf_offsets, n_rans, n_workers):
     """rANS-code every chunk (encoder, pass 2).
 
     Chunk ``c`` is written to ``buf[buf_offsets[c]:buf_offsets[c + 1]]`` as
@@ -201,26 +200,26 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
     r0, r1, r2 = refined[0], refined[1], refined[2]
     flat = enc.ravel()
     n_s = enc.shape[1]
-    chunksize = numba.set_parallel_chunksize(1)  # chunks differ in cost: hand them out one at a time
-    for c in prange(boxes.shape[0]):
-        lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-        pos = buf_offsets[c]
-        if n_unpred[c] > 0:
-            for g0 in range(lo0, hi0):
-                for g1 in range(lo1, hi1):
-                    f, st = _row(g0, g1, lo2, r0, r1, r2, base)
-                    if st == 0:
-                        continue
-                    row = g0 * d0 + g1 * d1
-                    for g2 in range(f, hi2, st):
-                        idx = row + g2 * d2
-                        if codes[idx] == UNPREDICTABLE:
-                            for b in range(itemsize):
-                                buf[pos] = orig_bytes[idx * itemsize + b]
-                                pos += 1
-        k0, k1 = offsets[c], offsets[c + 1]
-        n_rans[c] = _encode_chunk(syms[k0:k1], ctxs[k0:k1], ctxmap, flat, n_s, buf[:buf_offsets[c + 1]])
-    numba.set_parallel_chunksize(chunksize)
+    # chunks differ in cost: each worker takes every n_workers-th chunk
+    for w in prange(n_workers):
+        for c in range(w, boxes.shape[0], n_workers):
+            lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
+            pos = buf_offsets[c]
+            if n_unpred[c] > 0:
+                for g0 in range(lo0, hi0):
+                    for g1 in range(lo1, hi1):
+                        f, st = _row(g0, g1, lo2, r0, r1, r2, base)
+                        if st == 0:
+                            continue
+                        row = g0 * d0 + g1 * d1
+                        for g2 in range(f, hi2, st):
+                            idx = row + g2 * d2
+                            if codes[idx] == UNPREDICTABLE:
+                                for b in range(itemsize):
+                                    buf[pos] = orig_bytes[idx * itemsize + b]
+                                    pos += 1
+            k0, k1 = offsets[c], offsets[c + 1]
+            n_rans[c] = _encode_chunk(syms[k0:k1], ctxs[k0:k1], ctxmap, flat, n_s, buf[:buf_offsets[c + 1]])
 
 
 @njit(nogil=True, _nrt=False)
@@ -428,7 +427,7 @@ def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, item
 
 @njit(parallel=True, nogil=True, cache=True)
 def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, stride, refined,
-           base, boxes, symbols, info, zero, errors):
+           base, boxes, symbols, info, zero, errors, n_workers):
     """Decode the chunks ``chunk_ids`` of a level into ``codes`` (and unpredictable values
     into ``out_bytes``, the output array's bytes).
 
@@ -446,39 +445,44 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
     d1 = stride[1] * n2
     d2 = stride[2]
     r0, r1, r2 = refined[0], refined[1], refined[2]
-    chunksize = numba.set_parallel_chunksize(1)  # chunks differ in cost: hand them out one at a time
-    for j in prange(chunk_ids.shape[0]):
-        c = chunk_ids[j]
-        lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-        h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
-        end = ends[j]
-        n_r, pos = _varint(payload, starts[j], end)
-        n_x, pos = _varint(payload, pos, end)
-        if n_r < rans.STATE_BYTES or n_x < 0 or pos + n_r + n_x > end:
-            errors[j] = 1
-            continue
-        r_end = pos + n_r
-        x_end = r_end + n_x
-        mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
-        syms = np.empty(h0 * h1 * h2, np.uint8)
-        ok, rpos, n = _decode_symbols(payload, pos, r_end, symbols, info, zero, mags, syms, h0, h1, h2, lo0, lo1,
-                                      lo2, r0, r1, r2, base)
-        if not ok:
-            errors[j] = 2 if n == 0 else 3
-            continue
-        if rpos != r_end:
-            errors[j] = 3
-            continue
-        x_pos, u_pos = _place_codes(syms, payload, r_end, x_end, x_end, end, codes, out_bytes, itemsize,
-                                    h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
-        if u_pos < 0:
-            errors[j] = 2
-        elif x_pos != x_end or u_pos != end:
-            errors[j] = 4
-    numba.set_parallel_chunksize(chunksize)
+    # chunks differ in cost: each worker takes every n_workers-th chunk
+    for w in prange(n_workers):
+        for j in range(w, chunk_ids.shape[0], n_workers):
+            c = chunk_ids[j]
+            lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
+            h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
+            end = ends[j]
+            n_r, pos = _varint(payload, starts[j], end)
+            n_x, pos = _varint(payload, pos, end)
+            if n_r < rans.STATE_BYTES or n_x < 0 or pos + n_r + n_x > end:
+                errors[j] = 1
+                continue
+            r_end = pos + n_r
+            x_end = r_end + n_x
+            mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
+            syms = np.empty(h0 * h1 * h2, np.uint8)
+            ok, rpos, n = _decode_symbols(payload, pos, r_end, symbols, info, zero, mags, syms, h0, h1, h2, lo0, lo1,
+                                          lo2, r0, r1, r2, base)
+            if not ok:
+                errors[j] = 2 if n == 0 else 3
+                continue
+            if rpos != r_end:
+                errors[j] = 3
+                continue
+            x_pos, u_pos = _place_codes(syms, payload, r_end, x_end, x_end, end, codes, out_bytes, itemsize,
+                                        h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+            if u_pos < 0:
+                errors[j] = 2
+            elif x_pos != x_end or u_pos != end:
+                errors[j] = 4
 
 
 # ---------------------------------------------------------------------- Python side
+def workers(n_chunks: int) -> int:
+    """Parallel workers for ``n_chunks`` chunks (the ``n_workers`` argument of the kernels):
+    one per thread numba may use, each taking every ``n_workers``-th chunk."""
+    return max(1, min(n_chunks, numba.config.NUMBA_NUM_THREADS))
+
 #: Share of zero codes (symbol 0) in a level above which the decoder settles them with a
 #: predicted branch instead of a table load (:func:`_symbol`).
 ZERO_FAST_PATH = 0.7

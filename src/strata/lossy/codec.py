@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import struct
 
-import numba
 import numpy as np
 
 from ..container import KIND_LOSSY, Writer, crc32, pack
@@ -108,15 +107,17 @@ def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None
     report = progress or (lambda done, total: None)
     flat_in = a.reshape(-1)
     nf_section, orig = nonfinite.split(flat_in)
+    codes = None
     if settings is None:
-        settings = choose(orig.reshape(a.shape), eb)
+        settings, codes = choose(orig.reshape(a.shape), eb)
     header.order, header.flat = settings.order, settings.flat
     header.alpha8, header.beta8 = settings.alpha8, settings.beta8
     part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
     stages = part.num_levels + 2
     report(1, stages)
     header.cubic_mask = (1 << len(part.steps)) - 1 if settings.cubic else 0
-    codes = predict_all(orig, part, header)
+    if codes is None:  # (the tuner's trials did not cover the whole array)
+        codes = predict_all(orig, part, header)
     report(2, stages)
     sections = []
     if nf_section:
@@ -163,8 +164,9 @@ def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -
     if level == 0:
         return t
     q = part.level_stride(level)
-    grid = codes.reshape(part.shape)[::q[0], ::q[1], ::q[2]].reshape(-1)
-    sample = grid[:: max(1, grid.size // 65536)]
+    grid = codes.reshape(part.shape)[::q[0], ::q[1], ::q[2]]  # a view
+    picks = np.linspace(0, grid.size - 1, min(grid.size, 65536)).astype(np.int64)
+    sample = grid[np.unravel_index(picks, grid.shape)]
     unpred = np.count_nonzero(sample == UNPREDICTABLE)
     cnt = np.bincount(np.minimum(np.abs(sample.astype(np.int64) - RADIUS), 4095))
     cnt = cnt[cnt > 0].astype(np.float64)
@@ -185,14 +187,15 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     n_chunks = len(sizes)
     syms = np.empty(n, np.uint8)
     ctxs = np.empty(n, np.uint8)
-    hist = np.zeros((numba.config.NUMBA_NUM_THREADS, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
+    n_workers = chunks.workers(n_chunks)
+    hist = np.zeros((n_workers, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
     raw_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(3 * sizes + 8, out=raw_offsets[1:])
     raw = np.empty(int(raw_offsets[-1]), np.uint8)
     n_raw = np.zeros(n_chunks, np.int64)
     n_unpred = np.zeros(n_chunks, np.int64)
     chunks.analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
-                   n_unpred)
+                   n_unpred, n_workers)
     group, table_bytes, enc = chunks.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
@@ -202,7 +205,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     buf = np.empty(int(buf_offsets[-1]), np.uint8)
     n_rans = np.zeros(n_chunks, np.int64)
     chunks.encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs,
-                  cmap, enc, n_unpred, buf, buf_offsets, n_rans)
+                  cmap, enc, n_unpred, buf, buf_offsets, n_rans, n_workers)
     lens = n_rans + n_raw + unpred_bytes + _varint_len(n_rans) + _varint_len(n_raw)
     out_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(lens, out=out_offsets[1:])

@@ -346,7 +346,7 @@ class LossyReader:
         shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv, t.tile)
         errors = np.zeros(len(ids), np.int64)
         chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
-                      base_flag, boxes, *t.dtab, errors)
+                      base_flag, boxes, *t.dtab, errors, chunks.workers(len(ids)))
         bad = np.nonzero(errors)[0]
         if len(bad):
             j = int(bad[0])

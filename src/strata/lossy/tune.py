@@ -109,8 +109,11 @@ def sample_boxes(shape3) -> list[Box] | None:
             for a in axes[0] for b in axes[1] for c in axes[2]]
 
 
-def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None, x=None) -> float:
-    """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``).
+def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None, x=None):
+    """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``), and the
+    trial's quantization codes (int32, full-resolution layout; complete when ``boxes`` is
+    None, i.e. the trial covered the whole array, and then equal to what
+    :func:`strata.lossy.codec.predict_all` computes for these settings).
 
     ``plans`` (from :func:`plan`) and the working copy ``x`` of ``flat`` may be shared by
     settings that differ only in interpolation order (a trial computes every point it
@@ -122,11 +125,11 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
                     settings.beta8, (1 << len(part.steps)) - 1 if settings.cubic else 0)
     bounds = h.step_bounds(part.steps)
     n_steps = len(part.steps)
-    if n_steps == 0:
-        return 0.0
-    x = flat.copy() if x is None else x
     codes = np.empty(flat.size, np.int32)
-    encode_origin(x, codes, flat, bounds[0])
+    x = flat.copy() if x is None else x
+    encode_origin(x, codes, flat, bounds[0] if bounds else eb)
+    if n_steps == 0:
+        return 0.0, codes
     shape = np.array(shape3, np.int64)
     first = max(0, n_steps - TRIAL_STEPS)
     # step by step (a step's passes read only coarser steps); the coarse steps once
@@ -137,17 +140,27 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     encode_passes(x, codes, flat, shape, table)
     hist = np.zeros((n_steps, _CLIP + 2), np.int64)
     _histogram(codes, shape, table[0], step_of, hist)
-    unpred = hist[:, _CLIP + 1].astype(np.float64)
-    hist = hist[:, :_CLIP + 1].astype(np.float64)
+    level_points = np.array([part.points(st.fine) - part.points(st.coarse) for st in part.steps], np.float64)
+    return _bits(hist, level_points, flat.dtype.itemsize * 8), codes
+
+
+@njit(nogil=True, cache=True)
+def _bits(hist, level_points, value_bits):
+    """Sum over steps of the order-0 entropy of the trial's codes (``hist[step]``: ``|q|``
+    clipped, unpredictable values last) scaled to the step's number of points."""
     bits = 0.0
-    for i, st in enumerate(part.steps):
-        n = hist[i].sum()
+    for i in range(hist.shape[0]):
+        n = 0
+        for v in hist[i]:
+            n += v
         if n == 0:
             continue
-        level_points = part.points(st.fine) - part.points(st.coarse)
-        cnt = hist[i][hist[i] > 0]
-        h_bits = float((cnt * np.log2(n / cnt)).sum()) + unpred[i] * flat.dtype.itemsize * 8
-        bits += h_bits * level_points / n
+        h = hist[i, -1] * np.float64(value_bits)
+        for j in range(hist.shape[1] - 1):
+            c = hist[i, j]
+            if c > 0:
+                h += c * np.log2(n / c)
+        bits += h * level_points[i] / n
     return bits
 
 
@@ -182,21 +195,22 @@ def plan(shape3, settings, boxes):
 
 
 def choose(a: np.ndarray, eb: float):
-    """Settings for compressing ``a`` (float array) with absolute bound ``eb``."""
+    """Settings for compressing ``a`` (float array) with absolute bound ``eb``, and the
+    winning trial's codes when the trials covered the whole array (small arrays), else None."""
     shape3 = as_3d_shape(a.shape)
     cands = candidates(a.reshape(shape3))
     if eb == 0 or len(cands) == 1:
-        return Settings()
+        return Settings(), None
     flat = np.ascontiguousarray(a).reshape(-1)
     boxes = sample_boxes(shape3)
-    best, best_bits = None, None
+    best, best_bits, best_codes = None, None, None
     plans, work = {}, {}
     for c in cands:
         key = (c.order, c.flat)
         if key not in plans:
             plans[key] = plan(shape3, c, boxes)
             work[key] = flat.copy()
-        bits = estimate_bits(flat, shape3, eb, c, boxes, plans[key], work[key])
+        bits, codes = estimate_bits(flat, shape3, eb, c, boxes, plans[key], work[key])
         if best_bits is None or bits < best_bits:
-            best, best_bits = c, bits
-    return best
+            best, best_bits, best_codes = c, bits, codes
+    return best, (best_codes if boxes is None else None)

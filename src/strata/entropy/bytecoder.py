@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..container import Reader
 from ..errors import CorruptStreamError
 from . import rans, tables
 
@@ -197,7 +198,10 @@ def decode(buf, n: int, out: np.ndarray | None = None) -> np.ndarray:
         return out
     if model not in (ORDER0, PREV):
         raise CorruptStreamError(f"unknown byte-plane model {model}")
-    tlen, pos = tables._get_varint(mv, 1)
+    r = Reader(mv, "byte-plane record")
+    r.pos = 1
+    tlen = r.varint(len(mv))
+    pos = r.pos
     if pos + tlen > len(mv):
         raise CorruptStreamError("byte-plane tables truncated")
     n_tables = 1 if model == ORDER0 else _N_PREV

@@ -120,29 +120,44 @@ def normalize(counts):
     return freq
 
 
-def _spans(codes: np.ndarray):
-    """Per row: (first, one past the last) present symbol; (0, 0) for an empty row."""
-    present = codes != 0
-    any_ = present.any(axis=1)
-    first = np.where(any_, np.argmax(present, axis=1), 0)
-    last = np.where(any_, codes.shape[1] - np.argmax(present[:, ::-1], axis=1), 0)
-    return first, last
-
-
 def serialize(counts: np.ndarray) -> bytes:
     """Approximate, serialized form of ``counts`` (int64 ``(n_tables, n_symbols)``,
     ``n_symbols <= 256``). Per table: varint ``(span << 1) | has_first``, varint ``first`` if
     ``has_first``, then ``span`` bytes: the codes of symbols ``first .. first + span - 1``."""
-    codes = approx_code(np.asarray(counts, dtype=np.int64)).astype(np.uint8)
-    first, last = _spans(codes)
-    out = bytearray()
+    codes = approx_code(np.asarray(counts, dtype=np.int64))
+    out = np.empty(codes.shape[0] * (codes.shape[1] + 8), np.uint8)
+    return out[:_serialize_into(codes, out)].tobytes()
+
+
+@njit(nogil=True, cache=True)
+def _serialize_into(codes, out):
+    pos = 0
     for t in range(codes.shape[0]):
-        f, span = int(first[t]), int(last[t] - first[t])
-        _varint(out, (span << 1) | (f > 0))
-        if f > 0:
-            _varint(out, f)
-        out += codes[t, f:f + span].tobytes()
-    return bytes(out)
+        first, last = -1, 0
+        for s_ in range(codes.shape[1]):
+            if codes[t, s_] != 0:
+                if first < 0:
+                    first = s_
+                last = s_ + 1
+        first = max(first, 0)
+        span = last - first
+        pos = _put_varint(out, pos, (span << 1) | (first > 0))
+        if first > 0:
+            pos = _put_varint(out, pos, first)
+        for s_ in range(first, last):
+            out[pos] = codes[t, s_]
+            pos += 1
+    return pos
+
+
+@njit(inline="always")
+def _put_varint(out, pos, v):
+    while v >= 0x80:
+        out[pos] = (v & 0x7F) | 0x80
+        v >>= 7
+        pos += 1
+    out[pos] = v
+    return pos + 1
 
 
 def _varint(out: bytearray, v: int) -> None:
@@ -152,41 +167,60 @@ def _varint(out: bytearray, v: int) -> None:
     out.append(v)
 
 
+_TABLE_ERRORS = {1: "truncated or malformed frequency tables",
+                 2: "frequency table larger than the alphabet or truncated",
+                 3: "trailing bytes after the frequency tables"}
+
+
 def deserialize(buf, n_tables: int, n_symbols: int) -> np.ndarray:
     """Approximate counts (int64 ``(n_tables, n_symbols)``) from :func:`serialize` output.
 
     Raises:
         CorruptStreamError: the bytes do not hold ``n_tables`` tables of that alphabet.
     """
-    codes = np.zeros((n_tables, n_symbols), dtype=np.int64)
-    buf = memoryview(buf).cast("B")
-    pos = 0
-    for t in range(n_tables):
-        h, pos = _get_varint(buf, pos)
-        first = 0
-        if h & 1:
-            first, pos = _get_varint(buf, pos)
-        span = h >> 1
-        if first + span > n_symbols or pos + span > len(buf):
-            raise CorruptStreamError("frequency table larger than the alphabet or truncated")
-        codes[t, first:first + span] = np.frombuffer(buf[pos:pos + span], dtype=np.uint8)
-        pos += span
-    if pos != len(buf):
-        raise CorruptStreamError("trailing bytes after the frequency tables")
+    codes, status = _deserialize(np.frombuffer(buf, np.uint8), n_tables, n_symbols)
+    if status:
+        raise CorruptStreamError(_TABLE_ERRORS[status])
     return approx_value(codes)
 
 
-def _get_varint(buf, pos: int) -> tuple[int, int]:
-    v = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise CorruptStreamError("truncated or malformed frequency tables")
-        b = buf[pos]
+@njit(nogil=True, cache=True)
+def _deserialize(buf, n_tables, n_symbols):
+    """Codes of :func:`_serialize_into` output, and a status (0 ok, else a key of ``_TABLE_ERRORS``)."""
+    codes = np.zeros((n_tables, n_symbols), np.int64)
+    pos = 0
+    n = buf.shape[0]
+    for t in range(n_tables):
+        h, pos = _get_varint(buf, pos)
+        if h < 0:
+            return codes, 1
+        first = 0
+        if h & 1:
+            first, pos = _get_varint(buf, pos)
+            if first < 0:
+                return codes, 1
+        span = h >> 1
+        if first + span > n_symbols or pos + span > n:
+            return codes, 2
+        for s_ in range(span):
+            codes[t, first + s_] = buf[pos + s_]
+        pos += span
+    return codes, (3 if pos != n else 0)
+
+
+@njit(inline="always")
+def _get_varint(buf, pos):
+    """``(value, position after it)``; value -1 if truncated or longer than 5 bytes."""
+    v = 0
+    shift = 0
+    while pos < buf.shape[0] and shift <= 28:
+        b = np.int64(buf[pos])
         pos += 1
         v |= (b & 0x7F) << shift
         if b < 0x80:
             return v, pos
         shift += 7
+    return -1, pos
 
 
 @njit(nogil=True, cache=True)
@@ -243,10 +277,12 @@ def split_decode_tables(freq, cmap):
     The symbol table, a byte per slot, keeps the hot contexts in L1 cache; the info word
     is only needed to update the state (:func:`strata.entropy.rans.decode_step`).
     """
-    n_t, n_s = freq.shape
-    sym_rows = np.full((n_t, SCALE), INVALID_ENTRY, np.uint8)
-    info_rows = np.zeros((n_t, SPLIT_SYMBOLS), np.uint32)
-    for t in range(n_t):
+    n_s = freq.shape[1]
+    n_c = cmap.shape[0]
+    symbols = np.full(n_c * SCALE, INVALID_ENTRY, np.uint8)
+    info = np.zeros(n_c * SPLIT_SYMBOLS, np.uint32)
+    for c in range(n_c):
+        t = cmap[c]
         total = 0
         for s in range(n_s):
             total += freq[t, s]
@@ -254,14 +290,8 @@ def split_decode_tables(freq, cmap):
             continue
         slot = 0
         for s in range(n_s):
-            info_rows[t, s] = freq[t, s] | (slot << 12)
-            for _ in range(freq[t, s]):
-                sym_rows[t, slot] = s
-                slot += 1
-    n_c = cmap.shape[0]
-    symbols = np.empty(n_c * SCALE, np.uint8)
-    info = np.empty(n_c * SPLIT_SYMBOLS, np.uint32)
-    for c in range(n_c):
-        symbols[c * SCALE:(c + 1) * SCALE] = sym_rows[cmap[c]]
-        info[c * SPLIT_SYMBOLS:(c + 1) * SPLIT_SYMBOLS] = info_rows[cmap[c]]
+            f = freq[t, s]
+            info[c * SPLIT_SYMBOLS + s] = f | (slot << 12)
+            symbols[c * SCALE + slot:c * SCALE + slot + f] = s
+            slot += f
     return symbols, info

@@ -42,6 +42,8 @@ def _group_maps():
 
 #: Context groupings: for each, the table index of each of the 27 contexts.
 CONTEXT_GROUPS = _group_maps()
+#: The same, one row per grouping (int64 ``(4, 27)``).
+GROUPS = np.stack(CONTEXT_GROUPS).astype(np.int64)
 
 
 @njit(inline="always")
@@ -434,7 +436,7 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
     Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``; ``symbols``/``info`` hold
     the level's split decode tables (:func:`strata.entropy.tables.split_decode_tables`) for
     each of the 27 contexts, and ``zero`` (int64, 27) the slots of symbol 0 of each where the
-    decoder takes its fast path for that symbol (:func:`zero_fast_path`). ``codes`` must
+    decoder takes its fast path for that symbol (:func:`parse_level_head`). ``codes`` must
     hold the codes of the coarser levels inside the chunks (they give the contexts).
     ``errors[j]`` is set to a non-zero reason when the chunk is inconsistent: 1 bad lengths,
     2 invalid symbol or missing value, 3 rANS stream not consumed exactly, 4 raw bits or
@@ -487,15 +489,83 @@ def workers(n_chunks: int) -> int:
 #: predicted branch instead of a table load (:func:`_symbol`).
 ZERO_FAST_PATH = 0.7
 
+#: Errors of :func:`parse_level_head`, by status.
+HEAD_ERRORS = {1: "unknown context grouping", 2: "chunk edge out of range", 3: "malformed frequency tables",
+               4: "invalid frequency table", 5: "truncated or malformed chunk lengths",
+               6: "chunk lengths do not add up to the payload", 7: "truncated chunk checksums or trailing bytes"}
 
-def zero_fast_path(counts: np.ndarray, info: np.ndarray) -> np.ndarray:
-    """Per context, the slots symbol 0 owns (its frequency) if zero codes make up more than
-    ``ZERO_FAST_PATH`` of the level's symbols (``counts``: the level's tables), else 0 (off):
-    the decoder's choice, not part of the stream."""
-    total = counts.sum()
-    if total == 0 or counts[:, 0].sum() < ZERO_FAST_PATH * total:
-        return np.zeros(N_CONTEXTS, np.int64)
-    return (info[::tables.SPLIT_SYMBOLS] & 0xFFF).astype(np.int64)
+
+@njit(nogil=True, cache=True)
+def parse_level_head(head, payload_len, groups, zero_fast_path):
+    """Parse a level head (``u8 grouping | u8 log2 chunk edge | varint table length | tables |
+    varint n_chunks | n_chunks varint lengths | n_chunks u32 CRC-32``, its own CRC removed).
+
+    Returns ``(status, grouping, log2 chunk edge, symbols, info, zero, offsets, crcs)``:
+    ``status`` 0 or a key of :data:`HEAD_ERRORS`; the split decode tables of the 27
+    contexts; ``zero`` the slots of symbol 0 per context where the decoder's fast path is on
+    (when zero codes are more than ``zero_fast_path`` of the level, a decoder-side choice);
+    the chunk offsets in the payload (``n_chunks + 1``) and the chunks' CRC-32.
+    """
+    n_ctx = groups.shape[1]
+    symbols = np.zeros(0, np.uint8)
+    info = np.zeros(0, np.uint32)
+    zero = np.zeros(n_ctx, np.int64)
+    offsets = np.zeros(1, np.int64)
+    crcs = np.zeros(0, np.int64)
+    end = head.shape[0]
+    if end < 2:
+        return 5, 0, 0, symbols, info, zero, offsets, crcs
+    group, tile_log2 = np.int64(head[0]), np.int64(head[1])
+    if group >= groups.shape[0]:
+        return 1, group, tile_log2, symbols, info, zero, offsets, crcs
+    if tile_log2 > 20:
+        return 2, group, tile_log2, symbols, info, zero, offsets, crcs
+    cmap = groups[group]
+    tlen, pos = _varint(head, 2, end)
+    if tlen < 0 or pos + tlen > end:
+        return 3, group, tile_log2, symbols, info, zero, offsets, crcs
+    n_tables = 0
+    for t in cmap:
+        n_tables = max(n_tables, t + 1)
+    codes, st = tables._deserialize(head[pos:pos + tlen], n_tables, ALPHABET)
+    if st != 0:
+        return 3, group, tile_log2, symbols, info, zero, offsets, crcs
+    counts = tables.approx_value(codes)
+    freq = tables.normalize(counts)
+    for t in range(n_tables):
+        if freq[t, 0] < 0:
+            return 4, group, tile_log2, symbols, info, zero, offsets, crcs
+    symbols, info = tables.split_decode_tables(freq, cmap)
+    total, zeros = 0, 0
+    for t in range(n_tables):
+        zeros += counts[t, 0]
+        for s_ in range(counts.shape[1]):
+            total += counts[t, s_]
+    if total > 0 and zeros >= zero_fast_path * total:
+        for c in range(n_ctx):
+            zero[c] = info[c * tables.SPLIT_SYMBOLS] & 0xFFF
+    pos += tlen
+    n_chunks, pos = _varint(head, pos, end)
+    if n_chunks < 0 or n_chunks > end:
+        return 5, group, tile_log2, symbols, info, zero, offsets, crcs
+    offsets = np.zeros(n_chunks + 1, np.int64)
+    for c in range(n_chunks):
+        v, pos = _varint(head, pos, end)
+        if v < 0:
+            return 5, group, tile_log2, symbols, info, zero, offsets, crcs
+        offsets[c + 1] = offsets[c] + v
+    if offsets[n_chunks] != payload_len:
+        return 6, group, tile_log2, symbols, info, zero, offsets, crcs
+    if pos + 4 * n_chunks != end:
+        return 7, group, tile_log2, symbols, info, zero, offsets, crcs
+    crcs = np.empty(n_chunks, np.int64)
+    for c in range(n_chunks):
+        q = pos + 4 * c
+        crcs[c] = (np.int64(head[q]) | np.int64(head[q + 1]) << 8 | np.int64(head[q + 2]) << 16
+                   | np.int64(head[q + 3]) << 24)
+    return 0, group, tile_log2, symbols, info, zero, offsets, crcs
+
+
 @njit(nogil=True, cache=True)
 def grouped_counts(counts, cmap):
     """Counts ``(27, ALPHABET)`` merged into the tables of a context grouping."""
@@ -519,7 +589,6 @@ def _choose(counts, groups):
     return best
 
 
-_GROUPS = np.stack(CONTEXT_GROUPS).astype(np.int64)
 
 
 def level_tables(hist: np.ndarray):
@@ -527,8 +596,8 @@ def level_tables(hist: np.ndarray):
     into :data:`CONTEXT_GROUPS`, smallest estimated size), its serialized tables, and the
     encoder constants (:func:`strata.entropy.rans.encoder_table`)."""
     counts = hist.sum(axis=0)
-    group = _choose(counts, _GROUPS)
-    grouped = grouped_counts(counts, _GROUPS[group])
+    group = _choose(counts, GROUPS)
+    grouped = grouped_counts(counts, GROUPS[group])
     freq = tables.normalize(tables.quantized(grouped))
     return group, tables.serialize(grouped), rans.encoder_table(freq)
 

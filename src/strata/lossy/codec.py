@@ -26,8 +26,8 @@ from . import chunks, nonfinite
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
 from .partition import Partition, as_3d_shape
 from .predict import encode_origin, encode_passes, pass_table
-from .quantize import RADIUS, UNPREDICTABLE
-from .tune import Settings, choose
+from .quantize import RADIUS
+from .tune import Settings, choose, sample_bits
 
 #: Smallest average chunk (estimated bytes) for which a level gets half-size chunks.
 MIN_CHUNK_BYTES = 1200
@@ -165,13 +165,10 @@ def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -
         return t
     q = part.level_stride(level)
     grid = codes.reshape(part.shape)[::q[0], ::q[1], ::q[2]]  # a view
-    picks = np.linspace(0, grid.size - 1, min(grid.size, 65536)).astype(np.int64)
-    sample = grid[np.unravel_index(picks, grid.shape)]
-    unpred = np.count_nonzero(sample == UNPREDICTABLE)
-    cnt = np.bincount(np.minimum(np.abs(sample.astype(np.int64) - RADIUS), 4095))
-    cnt = cnt[cnt > 0].astype(np.float64)
-    bits = float((cnt * np.log2(cnt.sum() / cnt)).sum()) + unpred * 8 * itemsize
-    est_bytes = bits / 8 * part.level_points(level) / max(1, sample.size)
+    long_axes = sum(n > 1 for n in grid.shape)
+    skip = max(1, round((grid.size / 65536) ** (1 / max(1, long_axes))))
+    sample = grid[tuple(slice(None, None, skip if n > 1 else 1) for n in grid.shape)].ravel()
+    est_bytes = sample_bits(sample, part.level_points(level), 8 * itemsize) / 8
     small = max(1, t // 2)
     return small if est_bytes / part.chunk_boxes(level, small).shape[0] >= MIN_CHUNK_BYTES else t
 
@@ -223,12 +220,8 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
 
 
 def _varint_len(v: np.ndarray) -> np.ndarray:
-    n = np.ones_like(v)
-    t = v >> 7
-    while np.any(t):
-        n += t > 0
-        t >>= 7
-    return n
+    """Bytes of the varint of each value (values below 2**35)."""
+    return 1 + sum((v >= 1 << (7 * k)).astype(np.int64) for k in range(1, 5))
 
 
 __all__ = ["Settings", "absolute_bound", "compress", "encode_level", "level_geometry", "predict_all",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -28,6 +29,19 @@ DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8")}
 DTYPE_CODES = {np.dtype("float32"): 1, np.dtype("float64"): 2}
 BOUND_ABS, BOUND_REL = 0, 1
 ORDERS = list(itertools.permutations(range(3)))
+
+
+@lru_cache(maxsize=256)
+def _step_bounds(level_numbers: tuple[int, ...], eb: float, alpha8: int, beta8: int) -> tuple[float, ...]:
+    """SZ3's level-wise bounds: ``eb / min(alpha**(level - 1), beta)`` per step."""
+    alpha, beta = alpha8 / 8.0, beta8 / 8.0
+    out = []
+    for level in level_numbers:
+        r = 1.0
+        for _ in range(level - 1):
+            r *= alpha
+        out.append(eb / min(r, beta))
+    return tuple(out)
 
 
 @dataclass
@@ -64,16 +78,9 @@ class LossyHeader:
     def partition(self) -> Partition:
         return Partition.get(as_3d_shape(self.shape), self.order, self.flat)
 
-    def step_bounds(self, steps: tuple[Step, ...]) -> list[float]:
+    def step_bounds(self, steps: tuple[Step, ...]) -> tuple[float, ...]:
         """Absolute error bound of each step (IEEE multiplications only: reproducible)."""
-        alpha, beta = self.alpha8 / 8.0, self.beta8 / 8.0
-        out = []
-        for st in steps:
-            r = 1.0
-            for _ in range(st.level_number - 1):
-                r *= alpha
-            out.append(self.eb / min(r, beta))
-        return out
+        return _step_bounds(tuple(st.level_number for st in steps), self.eb, self.alpha8, self.beta8)
 
     def cubic(self, step_index: int) -> bool:
         return bool((self.cubic_mask >> step_index) & 1)

@@ -106,7 +106,7 @@ class Step:
     def refined(self) -> tuple[bool, bool, bool]:
         return tuple(f < c for f, c in zip(self.fine, self.coarse))
 
-    @property
+    @cached_property
     def level_number(self) -> int:
         """SZ3's interpolation level: 1 for the finest stride, ``log2(s) + 1`` for stride ``s``."""
         return max(self.fine).bit_length()
@@ -181,6 +181,11 @@ class Partition:
         if level == 0:
             return self.steps[: self.base_steps]
         return (self.steps[self.base_steps + level - 1],)
+
+    @cached_property
+    def step_points(self) -> tuple[int, ...]:
+        """Number of points each step adds."""
+        return tuple(self.points(st.fine) - self.points(st.coarse) for st in self.steps)
 
     def level_points(self, level: int) -> int:
         n = self.points(self.level_stride(level))

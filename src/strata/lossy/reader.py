@@ -12,9 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..container import KIND_LOSSY, Reader, Source, SourceLike, check_crc, unpack_header
-from ..entropy import tables
-from ..entropy.binning import ALPHABET
+from ..container import KIND_LOSSY, Source, SourceLike, check_crc, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError
 from . import chunks, nonfinite
 from .codec import level_geometry
@@ -54,6 +52,7 @@ class _LevelTables:
     def __init__(self, cmap, tile, dtab, offsets, crcs):
         self.cmap, self.tile, self.dtab = cmap, tile, dtab
         self.offsets, self.crcs = offsets, crcs
+        self.offset_list = offsets.tolist()
 
 
 class LossyReader:
@@ -285,36 +284,15 @@ class LossyReader:
         if len(head) < 4:
             raise CorruptStreamError(f"level {lv} head too short")
         check_crc(head[:-4], struct.unpack("<I", head[-4:])[0], f"level {lv} head")
-        r = Reader(head[:-4], f"level {lv} head")
-        group = r.u8()
-        if group >= len(chunks.CONTEXT_GROUPS):
-            raise CorruptStreamError(f"level {lv}: unknown context grouping {group}")
-        cmap = chunks.CONTEXT_GROUPS[group]
-        tile_log2 = r.u8()
-        if tile_log2 > 20:
-            raise CorruptStreamError(f"level {lv}: chunk edge 2**{tile_log2} out of range")
+        status, group, tile_log2, symbols, info, zero, offsets, crcs = chunks.parse_level_head(
+            np.frombuffer(head, np.uint8, len(head) - 4), entry.payload_len, chunks.GROUPS, chunks.ZERO_FAST_PATH)
+        if status:
+            raise CorruptStreamError(f"level {lv}: {chunks.HEAD_ERRORS[status]}")
         tile = 1 << tile_log2
-        n_tables = int(cmap.max()) + 1
-        counts = tables.deserialize(r.blob(len(head)), n_tables, ALPHABET)
-        freq = tables.normalize(counts)
-        if freq.min(initial=0) < 0:
-            raise CorruptStreamError(f"level {lv}: invalid frequency table")
-        n_chunks = r.varint(len(head))
         expected = self._part.chunk_boxes(lv, tile).shape[0]
-        if n_chunks != expected:
-            raise CorruptStreamError(f"level {lv}: {n_chunks} chunks listed, the shape has {expected}")
-        lens, used = chunks.read_varints(np.frombuffer(head, np.uint8), r.pos, n_chunks)
-        if used < 0:
-            raise CorruptStreamError(f"level {lv}: truncated or malformed chunk lengths")
-        r.pos = used
-        crcs = np.frombuffer(r.raw(4 * n_chunks), "<u4").tolist()
-        r.done()
-        offsets = np.zeros(n_chunks + 1, np.int64)
-        np.cumsum(lens, out=offsets[1:])
-        if offsets[-1] != entry.payload_len:
-            raise CorruptStreamError(f"level {lv}: chunk lengths do not add up to the payload")
-        symbols, info = tables.split_decode_tables(freq, cmap)
-        t = _LevelTables(cmap, tile, (symbols, info, chunks.zero_fast_path(counts, info)), offsets, crcs)
+        if len(crcs) != expected:
+            raise CorruptStreamError(f"level {lv}: {len(crcs)} chunks listed, the shape has {expected}")
+        t = _LevelTables(chunks.CONTEXT_GROUPS[group], tile, (symbols, info, zero), offsets, crcs.tolist())
         self._tables[lv] = t
         return t
 
@@ -325,31 +303,33 @@ class LossyReader:
         entry = self.header.levels[lv]
         base = self._level_offsets[lv] + entry.head_len
         ids = np.sort(np.asarray(ids, dtype=np.int64))
-        # read runs of consecutive chunks
-        parts, starts, ends = [], np.empty(len(ids), np.int64), np.empty(len(ids), np.int64)
+        id_list, offsets = ids.tolist(), t.offset_list
+        # read runs of consecutive chunks, checking each chunk's CRC-32
+        parts, starts, ends = [], [], []
         pos = 0
         j = 0
-        while j < len(ids):
+        while j < len(id_list):
             k = j
-            while k + 1 < len(ids) and ids[k + 1] == ids[k] + 1:
+            while k + 1 < len(id_list) and id_list[k + 1] == id_list[k] + 1:
                 k += 1
-            a, b = t.offsets[ids[j]], t.offsets[ids[k] + 1]
-            data = self._src.read(base + int(a), int(b - a), f"level {lv} chunks")
-            for c in range(j, k + 1):
-                s0, s1 = t.offsets[ids[c]] - a, t.offsets[ids[c] + 1] - a
-                check_crc(data[s0:s1], t.crcs[ids[c]], f"level {lv} chunk {ids[c]}")
-                starts[c], ends[c] = pos + s0, pos + s1
+            a, b = offsets[id_list[j]], offsets[id_list[k] + 1]
+            data = self._src.read(base + a, b - a, f"level {lv} chunks")
+            for c in id_list[j:k + 1]:
+                s0, s1 = offsets[c] - a, offsets[c + 1] - a
+                check_crc(data[s0:s1], t.crcs[c], f"level {lv} chunk {c}")
+                starts.append(pos + s0)
+                ends.append(pos + s1)
             parts.append(data)
-            pos += int(b - a)
+            pos += b - a
             j = k + 1
-        payload = np.frombuffer(parts[0], np.uint8) if len(parts) == 1 else np.frombuffer(b"".join(parts), np.uint8)
+        payload = np.frombuffer(parts[0] if len(parts) == 1 else b"".join(parts), np.uint8)
+        starts, ends = np.array(starts, np.int64), np.array(ends, np.int64)
         shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv, t.tile)
         errors = np.zeros(len(ids), np.int64)
         chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
                       base_flag, boxes, *t.dtab, errors, chunks.workers(len(ids)))
-        bad = np.nonzero(errors)[0]
-        if len(bad):
-            j = int(bad[0])
+        if errors.any():
+            j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")
 
 

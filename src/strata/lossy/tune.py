@@ -140,7 +140,7 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     encode_passes(x, codes, flat, shape, table)
     hist = np.zeros((n_steps, _CLIP + 2), np.int64)
     _histogram(codes, shape, table[0], step_of, hist)
-    level_points = np.array([part.points(st.fine) - part.points(st.coarse) for st in part.steps], np.float64)
+    level_points = np.array(part.step_points, np.float64)
     return _bits(hist, level_points, flat.dtype.itemsize * 8), codes
 
 
@@ -162,6 +162,19 @@ def _bits(hist, level_points, value_bits):
                 h += c * np.log2(n / c)
         bits += h * level_points[i] / n
     return bits
+
+
+@njit(nogil=True, cache=True)
+def sample_bits(sample, n_points, value_bits):
+    """Estimated coded bits of ``n_points`` codes distributed like ``sample`` (int32 codes):
+    order-0 entropy of ``|q|`` plus ``value_bits`` per unpredictable value (see :func:`_bits`)."""
+    hist = np.zeros((1, _CLIP + 2), np.int64)
+    for c in sample:
+        if c == UNPREDICTABLE:
+            hist[0, _CLIP + 1] += 1
+        else:
+            hist[0, min(abs(np.int64(c) - RADIUS), _CLIP)] += 1
+    return _bits(hist, np.full(1, np.float64(n_points)), value_bits)
 
 
 @njit(nogil=True, cache=True)

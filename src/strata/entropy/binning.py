@@ -64,6 +64,21 @@ def from_symbol(sym, extra):
     return ((4 + ((sym - DIRECT) & 3)) << nb) | extra
 
 
+def _tables():
+    base = np.zeros(256, np.int64)
+    nbits = np.zeros(256, np.int64)
+    for sym in range(ESCAPE):
+        nb = 0 if sym < DIRECT else (sym - DIRECT) // 4 + 2
+        nbits[sym] = nb
+        base[sym] = from_symbol(sym, 0) if sym >= DIRECT else sym
+    return base, nbits
+
+
+#: Per symbol (any byte): the smallest value it stands for and its number of raw bits, so that
+#: ``z = SYMBOL_BASE[sym] + raw bits`` (0 for symbols from ``ESCAPE`` on).
+SYMBOL_BASE, SYMBOL_EXTRA_BITS = _tables()
+
+
 def to_symbol_reference(z: np.ndarray):
     """NumPy reference of :func:`to_symbol` for arrays of non-negative integers."""
     z = np.asarray(z, dtype=np.int64)

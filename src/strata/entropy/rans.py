@@ -156,22 +156,24 @@ def decode_step(state, info, buf, pos, end):
 
 
 @njit(inline="always")
-def renormalize(state, buf, pos, last):
+def renormalize(state, buf, pos, end):
     """Decoder renormalization without a data-dependent branch: after a valid symbol the
     state is at least ``RANS_L >> SCALE_BITS``, so ``n = (state < RANS_L) + (state < RANS_L >> 8)``
-    bytes (0, 1 or 2) restore it; the bytes at ``pos`` and ``pos + 1`` (indices clamped to
-    ``last = len(buf) - 1``, which a valid stream never passes) are shifted in."""
+    bytes (0, 1 or 2) restore it; the two bytes at ``q = min(pos, end)`` are read as one
+    big-endian word and shifted in. ``buf`` must hold a byte after ``end`` (padding); a
+    valid stream never needs bytes from ``end`` on."""
     n = np.int64(state < RANS_L) + np.int64(state < (RANS_L >> 8))
-    v = (np.int64(buf[np.uint64(min(pos, last))]) << 8) | np.int64(buf[np.uint64(min(pos + 1, last))])
+    q = np.uint64(min(pos, end))
+    v = (np.int64(buf[q]) << 8) | np.int64(buf[q + np.uint64(1)])
     return (state << (8 * n)) | (v >> (16 - 8 * n)), pos + n
 
 
 @njit(inline="always")
-def decode_step_select(state, info, buf, pos, last):
+def decode_step_select(state, info, buf, pos, end):
     """:func:`decode_step` with :func:`renormalize`: no branch to mispredict when symbols
     carry a few bits each. ``info`` must be valid."""
     state = np.int64(info & 0xFFF) * (state >> SCALE_BITS) + (state & _MASK) - np.int64(info >> 12)
-    return renormalize(state, buf, pos, last)
+    return renormalize(state, buf, pos, end)
 
 
 @njit(inline="always")
@@ -193,6 +195,23 @@ def bits_flush(acc, nacc, buf, pos):
         buf[pos] = acc & 0xFF
         pos += 1
     return pos
+
+
+@njit(inline="always")
+def bits_refill(acc, nacc, buf, pos, end):
+    """Top up a bit reader (``acc`` holding ``nacc`` unread bits, least significant first)
+    with the 4 bytes at ``pos`` if it holds fewer than 32 bits; returns ``(acc, nacc, pos)``.
+    Reads start at ``min(pos, end)`` and ``buf`` must have 4 bytes after ``end``: past the end
+    the bits are padding, never consumed by a valid stream; ``pos`` still advances, so bits
+    consumed = ``8 * (pos - start) - nacc``."""
+    if nacc < 32:
+        q = np.uint64(min(pos, end))
+        w = (np.int64(buf[q]) | (np.int64(buf[q + np.uint64(1)]) << 8) | (np.int64(buf[q + np.uint64(2)]) << 16)
+             | (np.int64(buf[q + np.uint64(3)]) << 24))
+        acc |= w << nacc
+        nacc += 32
+        pos += 4
+    return acc, nacc, pos
 
 
 @njit(inline="always")

@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..entropy import rans, tables
-from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, extra_bits, from_symbol, to_symbol, unzigzag, zigzag
+from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, SYMBOL_BASE, SYMBOL_EXTRA_BITS, to_symbol, unzigzag, zigzag
 from .quantize import RADIUS, UNPREDICTABLE
 
 N_CONTEXTS = 27
@@ -285,10 +285,6 @@ def _mag_of_symbol(sym):
     return 0 if sym == 0 else (1 if sym < 3 else 2)
 
 
-#: Code of each symbol below ``DIRECT`` (no raw bits).
-_DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z in range(DIRECT)], np.int32)
-#: Magnitude class of the code of each symbol (every byte value, so any table entry indexes it).
-_MAG_OF_SYMBOL = np.array([0 if z == 0 else (1 if z < 3 else 2) for z in range(256)], np.uint64)
 
 
 @njit(nogil=True, cache=True)
@@ -306,7 +302,7 @@ def read_varints(buf, pos, n):
 
 
 @njit(inline="always")
-def _symbol(ctx, sa, payload, rpos, last, symbols, info, zero):
+def _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero):
     """Decode one symbol of context ``ctx`` with state ``sa``: ``(symbol, state, rpos)``.
 
     Symbol 0 owns the first ``zero[ctx]`` slots of its table: where it is the common case
@@ -314,17 +310,18 @@ def _symbol(ctx, sa, payload, rpos, last, symbols, info, zero):
     which takes the table off the dependency chain. The other path has no data-dependent
     branch. A symbol above ``ESCAPE`` comes only from an unused table of a corrupted stream:
     the caller rejects the chunk; meanwhile every index stays in bounds (slots are masked,
-    reads clamped to ``last``)."""
+    reads clamped to ``r_end``, which the padded ``payload`` extends past)."""
     slot = sa & _SLOT_MASK
     z = zero[ctx]
-    if slot < z:  # symbol 0: rarely needs a byte, so a loop (well predicted) is cheapest
+    if slot < z:  # symbol 0: rarely needs a byte, so branches (well predicted) are cheapest
         sa = z * (sa >> tables.SCALE_BITS) + slot
-        while sa < rans.RANS_L:
-            sa = (sa << 8) | np.int64(payload[np.uint64(min(rpos, last))])
-            rpos += 1
+        for _ in range(2):  # at most two bytes after a valid symbol; bounded for any input
+            if sa < rans.RANS_L:
+                sa = (sa << 8) | np.int64(payload[np.uint64(min(rpos, r_end))])
+                rpos += 1
         return np.uint8(0), sa, rpos
     sym, inf = rans.decode_lookup(sa, symbols, info, ctx)
-    sa, rpos = rans.decode_step_select(sa, inf, payload, rpos, last)
+    sa, rpos = rans.decode_step_select(sa, inf, payload, rpos, r_end)
     return sym, sa, rpos
 
 
@@ -353,7 +350,6 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1
         return False, rpos, 0
     k = np.uint64(0)
     top = np.uint8(0)
-    last = payload.shape[0] - 1
     for a in range(h0):
         for b in range(h1):
             f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
@@ -367,7 +363,7 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1
                 prev = np.uint64(0)
                 for _ in range(f, lo2 + h2):
                     ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + prev
-                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, last, symbols, info, zero)
+                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
                     top = max(top, sym)
                     prev = np.uint64((sym > 0) + (sym > 2))
                     mags[p] = prev
@@ -377,7 +373,7 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1
             else:
                 for _ in range(f, lo2 + h2, 2):
                     ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - np.uint64(1)]
-                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, last, symbols, info, zero)
+                    sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
                     top = max(top, sym)
                     mags[p] = (sym > 0) + (sym > 2)
                     out[k] = sym
@@ -388,13 +384,18 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1
     return sa == rans.RANS_L, rpos, k
 
 
+#: Code of each symbol below ``DIRECT`` (no raw bits).
+_DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z in range(DIRECT)], np.int32)
+
+
 @njit(nogil=True, _nrt=False)
 def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, itemsize,
                  h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base):
     """Phase 2 of a chunk: the code of each decoded symbol, in the same raster order, to
-    ``codes`` -- with its raw bits (from ``x_pos``) or, for an unpredictable value, its stored
-    bytes (from ``u_pos``) copied to ``out_bytes``. Returns the final ``(x_pos, u_pos)``;
-    ``u_pos`` is -1 if a stored value is missing."""
+    ``codes`` -- with its raw bits (from ``x_pos``; ``payload`` padded by 4 bytes) or, for an
+    unpredictable value, its stored bytes (from ``u_pos``) copied to ``out_bytes``. Returns
+    ``(raw bits consumed, final u_pos)``; ``u_pos`` is -1 if a stored value is missing."""
+    x_start = x_pos
     acc = np.int64(0)
     nacc = np.int64(0)
     k = np.uint64(0)
@@ -408,23 +409,27 @@ def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, item
             idx = np.uint64(g0 * d0 + (lo1 + b) * d1 + f * d2)
             step = np.uint64(st * d2)
             for _ in range(f, lo2 + h2, st):
-                sym = np.int64(syms[k])
+                sym = np.uint64(syms[k])
                 if sym < DIRECT:
-                    codes[idx] = _DIRECT_CODES[np.uint64(sym)]
+                    codes[idx] = _DIRECT_CODES[sym]
                 elif sym < ESCAPE:
-                    extra, acc, nacc, x_pos = rans.bits_get(acc, nacc, payload, x_pos, x_end, extra_bits(sym))
-                    codes[idx] = RADIUS + unzigzag(from_symbol(sym, extra))
+                    acc, nacc, x_pos = rans.bits_refill(acc, nacc, payload, x_pos, x_end)
+                    nb = SYMBOL_EXTRA_BITS[sym]
+                    z = SYMBOL_BASE[sym] + (acc & ((np.int64(1) << nb) - 1))
+                    acc >>= nb
+                    nacc -= nb
+                    codes[idx] = RADIUS + unzigzag(z)
                 else:
                     codes[idx] = UNPREDICTABLE
                     if u_pos + itemsize > end:
-                        return x_pos, -1
+                        return 0, -1
                     o = idx * usize
                     for j in range(itemsize):
                         out_bytes[o + np.uint64(j)] = payload[np.uint64(u_pos + j)]
                     u_pos += itemsize
                 k += np.uint64(1)
                 idx += step
-    return x_pos, u_pos
+    return 8 * (x_pos - x_start) - nacc, u_pos
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -471,11 +476,11 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
             if rpos != r_end:
                 errors[j] = 3
                 continue
-            x_pos, u_pos = _place_codes(syms, payload, r_end, x_end, x_end, end, codes, out_bytes, itemsize,
-                                        h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+            x_bits, u_pos = _place_codes(syms, payload, r_end, x_end, x_end, end, codes, out_bytes, itemsize,
+                                         h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
             if u_pos < 0:
                 errors[j] = 2
-            elif x_pos != x_end or u_pos != end:
+            elif (x_bits + 7) // 8 != n_x or u_pos != end:
                 errors[j] = 4
 
 

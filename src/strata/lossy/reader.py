@@ -20,6 +20,9 @@ from .header import LossyHeader
 from .partition import Box, as_3d_shape, grid_shape
 from .predict import decode_origin, decode_passes, pass_table, preview_passes
 
+#: Zero bytes after the chunks handed to the decoder (see :func:`strata.entropy.rans.renormalize`
+#: and :func:`strata.entropy.rans.bits_refill`).
+_PAD = 8
 _CHUNK_ERRORS = {1: "bad chunk lengths", 2: "invalid symbol", 3: "entropy-coded bytes not consumed exactly",
                  4: "raw bits or stored values not consumed exactly"}
 
@@ -322,7 +325,12 @@ class LossyReader:
             parts.append(data)
             pos += b - a
             j = k + 1
-        payload = np.frombuffer(parts[0] if len(parts) == 1 else b"".join(parts), np.uint8)
+        # a copy with padding: the decoder reads a few bytes past a section's end (never used)
+        payload = np.zeros(pos + _PAD, np.uint8)
+        q = 0
+        for data in parts:
+            payload[q:q + len(data)] = np.frombuffer(data, np.uint8)
+            q += len(data)
         starts, ends = np.array(starts, np.int64), np.array(ends, np.int64)
         shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv, t.tile)
         errors = np.zeros(len(ids), np.int64)

@@ -1,0 +1,108 @@
+"""Throughput of strata.comm's quantization kernels on this CPU (PyTorch ops, no custom kernels).
+
+For each operation the median wall time over ``--repeats`` runs on ``--numel`` fp32 values is converted to GB/s of
+fp32 data (``4 * numel / time``: the bytes a quantizer reads, or a dequantizer writes), so the figures plug into
+``strata.comm.model.Cluster.quant_gbps``. Operations: stochastic and round-to-nearest quantization to int4 (group
+2048, the weight path; group 128, the inter-node gradient path) and int8 (group 128, the intra-node gradient path),
+dequantization, the 32-point Hadamard transform and its inverse, int4 packing and unpacking, and the two fused
+steps of the two-level reduce-scatter done with these ops (Hadamard + int8 quantize; dequantize + sum + int4
+requantize of 2 received copies).
+
+Writes ``comm_quant_throughput.json`` and ``.md`` to ``--out`` (atomically). Run from the repository root::
+
+    .venv/bin/python benchmarks/comm_quant_throughput.py                 # 1 thread, 4M values
+    .venv/bin/python benchmarks/comm_quant_throughput.py --threads 2 --numel 16777216
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import machine, timed  # noqa: E402
+
+from strata.comm import dequantize, hadamard32, inverse_hadamard32, pack_int4, quantize, unpack_int4  # noqa: E402
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def operations(x: torch.Tensor, gen: torch.Generator) -> dict:
+    q4w = quantize(x, 4, 2048, generator=gen)
+    q4g = quantize(x, 4, 128, generator=gen)
+    q8g = quantize(x, 8, 128, generator=gen)
+    codes = torch.randint(-7, 8, (x.numel(),), generator=gen).to(torch.int8)
+    packed = pack_int4(codes)
+    two = torch.cat([x, x])  # two received copies of a chunk
+
+    def requant():
+        s = dequantize(quantize(two, 8, 128, generator=gen)).view(2, -1).sum(0)
+        return quantize(s, 4, 128, generator=gen)
+
+    return {
+        "quantize int4 g2048 stochastic (qWD)": lambda: quantize(x, 4, 2048, generator=gen),
+        "quantize int4 g2048 nearest": lambda: quantize(x, 4, 2048, stochastic=False),
+        "quantize int4 g128 stochastic": lambda: quantize(x, 4, 128, generator=gen),
+        "quantize int8 g128 stochastic": lambda: quantize(x, 8, 128, generator=gen),
+        "dequantize int4 g2048": lambda: dequantize(q4w),
+        "dequantize int4 g128": lambda: dequantize(q4g),
+        "dequantize int8 g128": lambda: dequantize(q8g),
+        "hadamard32 forward": lambda: hadamard32(x),
+        "hadamard32 inverse": lambda: inverse_hadamard32(x),
+        "pack int4": lambda: pack_int4(codes),
+        "unpack int4": lambda: unpack_int4(packed),
+        "hadamard + quantize int8 g128 (TLq-HS stage 1)": lambda: quantize(hadamard32(x), 8, 128, generator=gen),
+        "2x dequantize int8 + sum + quantize int4 (stage 2, per output value)": requant,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--numel", type=int, default=1 << 22, help="fp32 values per call (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=7, help="timed runs per operation (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(args.numel, generator=gen) * 0.02
+    rows = {}
+    for name, fn in operations(x, gen).items():
+        fn()  # warm-up
+        t, _ = timed(fn, args.repeats)
+        gbps = 4 * args.numel / t / 1e9
+        rows[name] = {"seconds": t, "gb_per_s": round(gbps, 3), "values_per_s": round(args.numel / t)}
+        print(f"{name:70s} {gbps:7.2f} GB/s  ({t * 1e3:.1f} ms)", flush=True)
+    report = {"numel": args.numel, "threads": args.threads, "repeats": args.repeats, "machine": machine(),
+              "torch": torch.__version__, "unit": "GB/s of fp32 values (4 bytes per value), median wall time",
+              "operations": rows}
+    md = [f"Quantization kernels on {machine()}, torch {torch.__version__}, {args.threads} thread(s), "
+          f"{args.numel} fp32 values per call (GB/s of fp32 data, median of {args.repeats}).", "",
+          "| operation | GB/s | ms |", "|---|---|---|"]
+    md += [f"| {k} | {v['gb_per_s']:.2f} | {v['seconds'] * 1e3:.1f} |" for k, v in rows.items()]
+    _atomic_write(args.out / "comm_quant_throughput.json", json.dumps(report, indent=1) + "\n")
+    _atomic_write(args.out / "comm_quant_throughput.md", "\n".join(md) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,391 @@
+"""Quantized collectives of sharded data parallelism on torch.distributed, with wire-byte accounting.
+
+* Weight all-gather (:class:`WeightAllGather`): every rank owns a contiguous shard of the flat parameter
+  vector and sends it to all ranks. ``plain`` sends the values in ``param_dtype``; ``direct`` sends them
+  group-quantized (ZeRO++ qwZ, Wang et al. arXiv:2306.10209); ``qwd`` sends the quantized *difference*
+  between the new shard and the replica weights used in the last forward, and every rank adds the
+  dequantized differences of all shards to its replica (SDP4Bit, Jia et al. arXiv:2410.15526, "quantization
+  on weight differences"): the replicas stay bit-identical and the quantization error of one step is part of
+  the next difference, so it does not accumulate.
+* Gradient reduce-scatter: :func:`reduce_scatter_plain` (one flat reduce-scatter) and
+  :func:`reduce_scatter_two_level` (SDP4Bit, "two-level gradient smooth quantization": TLq / TLq-HS;
+  ZeRO++ qgZ with 4 bits in both stages): optional 32-point Hadamard smoothing, quantization, all-to-all
+  inside each node, dequantize-sum-requantize, all-to-all across nodes, dequantize-sum, inverse Hadamard.
+  With one node only the intra-node stage runs, with one rank per node only the inter-node stage.
+* :func:`build_topology` makes the intra-node and inter-node process groups from the world size and
+  ``ranks_per_node`` (ranks numbered node-major).
+* :class:`CommStats` counts the bytes each rank hands to torch.distributed for other ranks, per collective and
+  per link class (peer on the same node or on another node), with the number of values those bytes carry.
+
+Conventions: a *shard* is ``S`` consecutive elements; the flat vector of ``W * S`` elements holds rank ``r``'s
+shard at ``[r * S, (r + 1) * S)``. Averaging over ranks is done once, by the caller, before the reduce-scatter
+(as Megatron does), so the collectives here only sum.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ..errors import InvalidInputError
+from .config import CommConfig
+from .hadamard import hadamard32, inverse_hadamard32
+from .quantize import QuantizedTensor, dequantize, quantize
+
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _TORCH_DTYPES[name]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Topology
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where this rank sits: ``num_nodes`` nodes of ``ranks_per_node`` ranks, numbered node-major.
+
+    ``intra_group`` holds this rank's node (``None`` with one rank per node); ``inter_group`` holds the ranks
+    with the same local rank on every node (``None`` with one node). All collectives here use the default
+    (world) group for flat operations.
+    """
+
+    rank: int
+    world_size: int
+    ranks_per_node: int
+    intra_group: object | None = None
+    inter_group: object | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        return self.world_size // self.ranks_per_node
+
+    @property
+    def node(self) -> int:
+        return self.node_of(self.rank)
+
+    @property
+    def local_rank(self) -> int:
+        return self.rank % self.ranks_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+
+def build_topology(ranks_per_node: int | None = None) -> Topology:
+    """Make the intra-node and inter-node process groups; every rank must call this, in the same order.
+
+    Args:
+        ranks_per_node: ranks per (simulated) node; ``None`` means all ranks on one node.
+
+    Raises:
+        InvalidInputError: torch.distributed is not initialized, or the world size is not a multiple of
+            ``ranks_per_node``.
+    """
+    if not dist.is_available() or not dist.is_initialized():
+        raise InvalidInputError("torch.distributed must be initialized (init_process_group) first")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    per_node = world if ranks_per_node is None else ranks_per_node
+    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node <= 0 or world % per_node:
+        raise InvalidInputError(f"world size {world} is not a multiple of ranks_per_node={ranks_per_node!r}")
+    nodes = world // per_node
+    intra = inter = None
+    if per_node > 1:
+        for n in range(nodes):
+            ranks = list(range(n * per_node, (n + 1) * per_node))
+            g = dist.new_group(ranks) if nodes > 1 else dist.group.WORLD
+            if rank in ranks:
+                intra = g
+    if nodes > 1:
+        for j in range(per_node):
+            ranks = list(range(j, world, per_node))
+            g = dist.new_group(ranks) if per_node > 1 else dist.group.WORLD
+            if rank in ranks:
+                inter = g
+    return Topology(rank, world, per_node, intra, inter)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Byte accounting
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class CommStats:
+    """Bytes this rank handed to torch.distributed for other ranks, per collective name and link class.
+
+    For each call the payload destined to each peer is counted once per peer (what a point-to-point
+    implementation puts on the wire; ring or tree algorithms forward some bytes more than once, which is not
+    counted). ``elements`` is how many full-precision values those bytes carry, so
+    ``8 * bytes / elements`` is the wire cost in bits per value.
+    """
+
+    LINKS = ("intra", "inter")
+
+    def __init__(self) -> None:
+        self._data: dict[str, dict[str, int]] = defaultdict(
+            lambda: {"calls": 0, "intra_bytes": 0, "inter_bytes": 0, "intra_elements": 0, "inter_elements": 0})
+
+    def record(self, name: str, *, bytes_per_peer: int, elements_per_peer: int, intra_peers: int,
+               inter_peers: int) -> None:
+        d = self._data[name]
+        d["calls"] += 1
+        d["intra_bytes"] += bytes_per_peer * intra_peers
+        d["inter_bytes"] += bytes_per_peer * inter_peers
+        d["intra_elements"] += elements_per_peer * intra_peers
+        d["inter_elements"] += elements_per_peer * inter_peers
+
+    def reset(self) -> None:
+        self._data.clear()
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """``{name: {calls, intra_bytes, inter_bytes, intra_elements, inter_elements}}`` (a copy)."""
+        return {k: dict(v) for k, v in self._data.items()}
+
+    def bits_per_element(self, name: str, link: str | None = None) -> float:
+        """Wire bits per carried value of collective ``name`` on ``link`` (``"intra"``, ``"inter"`` or both);
+        NaN when nothing was sent."""
+        d = self._data.get(name)
+        links = self.LINKS if link is None else (link,)
+        if d is None:
+            return float("nan")
+        b = sum(d[f"{k}_bytes"] for k in links)
+        e = sum(d[f"{k}_elements"] for k in links)
+        return 8.0 * b / e if e else float("nan")
+
+
+def _peers(group, topo: Topology) -> tuple[int, int, int]:
+    """(group size, peers on this node, peers on other nodes) of ``group`` (one of the topology's groups, or the
+    world group for ``None``) as seen from this rank."""
+    if group is not None and group is topo.intra_group:
+        return topo.ranks_per_node, topo.ranks_per_node - 1, 0
+    if group is not None and group is topo.inter_group:
+        return topo.num_nodes, 0, topo.num_nodes - 1
+    size = dist.get_world_size(group)
+    if size != topo.world_size:
+        raise InvalidInputError(f"group of {size} ranks is neither the world ({topo.world_size}) nor a topology group")
+    return size, topo.ranks_per_node - 1, topo.world_size - topo.ranks_per_node
+
+
+def all_gather_counted(out: torch.Tensor, inp: torch.Tensor, group, topo: Topology, stats: CommStats | None,
+                       name: str, elements: int) -> None:
+    """``dist.all_gather_single(out, inp, group)``, recording ``inp``'s bytes once per peer (carrying ``elements``
+    values)."""
+    dist.all_gather_single(out, inp, group=group)
+    if stats is not None:
+        _, intra, inter = _peers(group, topo)
+        stats.record(name, bytes_per_peer=inp.numel() * inp.element_size(), elements_per_peer=elements,
+                     intra_peers=intra, inter_peers=inter)
+
+
+def all_to_all_counted(out: torch.Tensor, inp: torch.Tensor, group, topo: Topology, stats: CommStats | None,
+                       name: str, elements_per_chunk: int) -> None:
+    """``dist.all_to_all_single`` with equal splits; records one chunk per peer (the rank's own chunk stays local)."""
+    dist.all_to_all_single(out, inp, group=group)
+    if stats is not None:
+        size, intra, inter = _peers(group, topo)
+        stats.record(name, bytes_per_peer=inp.numel() * inp.element_size() // size,
+                     elements_per_peer=elements_per_chunk, intra_peers=intra, inter_peers=inter)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Wire format: codes and scales of each destination chunk in one uint8 row
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _to_wire(q: QuantizedTensor, chunks: int) -> torch.Tensor:
+    """uint8 ``(chunks, code_bytes + scale_bytes)``: row ``i`` holds chunk ``i``'s codes then its fp32 scales."""
+    codes = q.codes.view(torch.uint8).view(chunks, -1)
+    scales = q.scales.contiguous().view(torch.uint8).view(chunks, -1)
+    return torch.cat([codes, scales], dim=1)
+
+
+def _from_wire(buf: torch.Tensor, chunks: int, elements_per_chunk: int, bits: int, group_size: int
+               ) -> QuantizedTensor:
+    """Inverse of :func:`_to_wire` for ``chunks`` rows of ``elements_per_chunk`` values each."""
+    code_bytes = (elements_per_chunk * bits + 7) // 8
+    rows = buf.view(chunks, -1)
+    codes = rows[:, :code_bytes].reshape(-1)
+    scales = rows[:, code_bytes:].reshape(-1).view(torch.float32)
+    if bits == 8:
+        codes = codes.view(torch.int8)
+    return QuantizedTensor(codes, scales, chunks * elements_per_chunk, bits, group_size)
+
+
+def _quantized_all_to_all(x: torch.Tensor, chunks: int, bits: int, group_size: int, cfg: CommConfig, group,
+                          topo: Topology, stats: CommStats | None, name: str, generator) -> torch.Tensor:
+    """Quantize ``x`` (``chunks`` equal chunks, chunk ``i`` for group rank ``i``), all-to-all, dequantize:
+    fp32 ``(chunks, len(x) // chunks)``, row ``i`` is what group rank ``i`` sent to this rank."""
+    per = x.numel() // chunks
+    q = quantize(x, bits, group_size, stochastic=cfg.stochastic, generator=generator)
+    wire = _to_wire(q, chunks)
+    recv = torch.empty_like(wire)
+    all_to_all_counted(recv, wire, group, topo, stats, name, per)
+    return dequantize(_from_wire(recv, chunks, per, bits, group_size)).view(chunks, per)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Gradient reduce-scatter
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _check_flat(flat: torch.Tensor, topo: Topology, align: int) -> int:
+    if not isinstance(flat, torch.Tensor) or flat.dim() != 1 or not flat.is_floating_point():
+        raise InvalidInputError("the reduce-scatter input must be a 1-D floating-point tensor")
+    if flat.numel() % (topo.world_size * align):
+        raise InvalidInputError(f"length {flat.numel()} is not a multiple of world size x alignment "
+                                f"({topo.world_size} x {align}); pad the flat buffer")
+    return flat.numel() // topo.world_size
+
+
+def reduce_scatter_plain(flat: torch.Tensor, topo: Topology, cfg: CommConfig, stats: CommStats | None = None,
+                         name: str = "grad_reduce_scatter") -> torch.Tensor:
+    """Sum of every rank's ``flat`` restricted to this rank's shard, by one reduce-scatter in ``cfg.grad_dtype``.
+
+    Args:
+        flat: 1-D float tensor of ``W * S`` elements (the same length on every rank).
+
+    Returns:
+        fp32 ``(S,)``.
+
+    Raises:
+        InvalidInputError: ``flat`` is not 1-D floating point or its length is not a multiple of the world size.
+    """
+    s = _check_flat(flat, topo, 1)
+    x = flat.to(torch_dtype(cfg.grad_dtype)).contiguous()
+    out = torch.empty(s, dtype=x.dtype, device=x.device)
+    dist.reduce_scatter_single(out, x, op=dist.ReduceOp.SUM)
+    if stats is not None:
+        _, intra, inter = _peers(None, topo)
+        stats.record(name, bytes_per_peer=s * x.element_size(), elements_per_peer=s, intra_peers=intra,
+                     inter_peers=inter)
+    return out.to(torch.float32)
+
+
+def reduce_scatter_two_level(flat: torch.Tensor, topo: Topology, cfg: CommConfig, stats: CommStats | None = None,
+                             generator: torch.Generator | None = None, name: str = "grad_reduce_scatter"
+                             ) -> torch.Tensor:
+    """Two-level quantized reduce-scatter (SDP4Bit, "two-level gradient smooth quantization": TLq,
+    or TLq-HS with ``cfg.hadamard``).
+
+    With ``M`` nodes of ``L`` ranks and shards of ``S`` elements: (1) optional Hadamard transform of every
+    32-block; (2) the vector is reordered so that chunk ``j`` holds the ``M`` shards of the ranks with local
+    rank ``j``, quantized to ``cfg.grad_bits_intra`` bits (groups of ``cfg.grad_group_size_intra``) and
+    exchanged by an all-to-all inside the node; (3) the ``L`` received copies are dequantized and summed in
+    fp32, re-quantized to ``cfg.grad_bits_inter`` bits and exchanged by an all-to-all across nodes; (4) the
+    ``M`` received copies are dequantized, summed and inverse-transformed. One node: only step 2 (its sum is
+    the result); one rank per node: only step 3.
+
+    Args:
+        flat: 1-D float tensor of ``W * S`` elements, ``S`` a multiple of ``cfg.grad_alignment``.
+        generator: random source of the stochastic rounding (distinct per rank).
+
+    Returns:
+        fp32 ``(S,)``: this rank's shard of the sum. Each element is within one quantization bin of every
+        quantization applied on its path (see ``docs/comm.md``) of the exact sum.
+
+    Raises:
+        InvalidInputError: bad input length or dtype.
+    """
+    s = _check_flat(flat, topo, cfg.grad_alignment)
+    per_node, nodes = topo.ranks_per_node, topo.num_nodes
+    x = flat.to(torch.float32)
+    if cfg.hadamard:
+        x = hadamard32(x)
+    if per_node > 1:
+        swizzled = x.view(nodes, per_node, s).transpose(0, 1).reshape(-1)  # chunk j: shards of local rank j
+        recv = _quantized_all_to_all(swizzled, per_node, cfg.grad_bits_intra, cfg.grad_group_size_intra, cfg,
+                                     topo.intra_group, topo, stats, name, generator)
+        partial = recv.sum(dim=0)  # (nodes * s,): this node's sum of the shards of every node's local rank j
+    else:
+        partial = x
+    if nodes > 1:
+        recv = _quantized_all_to_all(partial, nodes, cfg.grad_bits_inter, cfg.grad_group_size_inter, cfg,
+                                     topo.inter_group, topo, stats, name, generator)
+        out = recv.sum(dim=0)
+    else:
+        out = partial
+    if cfg.hadamard:
+        out = inverse_hadamard32(out)
+    return out
+
+
+def reduce_scatter(flat: torch.Tensor, topo: Topology, cfg: CommConfig, stats: CommStats | None = None,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """The gradient reduce-scatter chosen by ``cfg.grad_mode`` (see the two functions above)."""
+    if cfg.grad_mode == "plain":
+        return reduce_scatter_plain(flat, topo, cfg, stats)
+    return reduce_scatter_two_level(flat, topo, cfg, stats, generator)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Weight all-gather
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class WeightAllGather:
+    """All-gather of the updated weight shards into every rank's replica, as ``cfg.weight_mode`` says.
+
+    Args:
+        cfg: the configuration (``weight_mode``, ``weight_bits``, ``weight_group_size``, ``param_dtype``).
+        topo: this rank's topology.
+        stats: where to count the bytes (name ``"weight_allgather"``), or ``None``.
+        generator: random source of the stochastic rounding (distinct per rank).
+    """
+
+    name = "weight_allgather"
+
+    def __init__(self, cfg: CommConfig, topo: Topology, stats: CommStats | None = None,
+                 generator: torch.Generator | None = None) -> None:
+        self.cfg, self.topo, self.stats, self.generator = cfg, topo, stats, generator
+
+    def __call__(self, shard: torch.Tensor, replica: torch.Tensor) -> None:
+        """Update ``replica`` in place from every rank's new ``shard``.
+
+        Args:
+            shard: fp32 ``(S,)``, this rank's updated (master) weights.
+            replica: ``(W * S,)`` float tensor, the weights every forward uses; identical on all ranks before
+                the call and bit-identical after it. Its values are rounded to ``cfg.param_dtype``.
+
+        Raises:
+            InvalidInputError: the lengths do not match.
+        """
+        w, s = self.topo.world_size, shard.numel()
+        if replica.dim() != 1 or replica.numel() != w * s:
+            raise InvalidInputError(f"replica has {replica.numel()} elements, expected {w} x {s}")
+        cfg = self.cfg
+        pdt = torch_dtype(cfg.param_dtype)
+        new = shard.detach().to(pdt)
+        if cfg.weight_mode == "plain":
+            out = torch.empty(w * s, dtype=pdt, device=shard.device)
+            all_gather_counted(out, new.contiguous(), None, self.topo, self.stats, self.name, s)
+            replica.copy_(out)
+            return
+        if cfg.weight_mode == "qwd":
+            mine = replica[self.topo.rank * s:(self.topo.rank + 1) * s]
+            payload = new.to(torch.float32) - mine.to(torch.float32)
+        else:
+            payload = new.to(torch.float32)
+        deq = self._gather_quantized(payload)
+        if cfg.weight_mode == "qwd":
+            deq.add_(replica.to(torch.float32))
+        replica.copy_(deq.to(pdt))
+
+    def _gather_quantized(self, payload: torch.Tensor) -> torch.Tensor:
+        cfg, w, s = self.cfg, self.topo.world_size, payload.numel()
+        q = quantize(payload, cfg.weight_bits, cfg.weight_group_size, stochastic=cfg.stochastic,
+                     generator=self.generator)
+        wire = _to_wire(q, 1).view(-1)
+        out = torch.empty(w * wire.numel(), dtype=torch.uint8, device=payload.device)
+        all_gather_counted(out, wire, None, self.topo, self.stats, self.name, s)
+        padded = q.scales.numel() * cfg.weight_group_size
+        if padded * cfg.weight_bits % 8 == 0:  # every row's codes are whole bytes: dequantize all rows at once
+            deq = dequantize(_from_wire(out, w, padded, cfg.weight_bits, cfg.weight_group_size)).view(w, padded)
+            return deq[:, :s].reshape(-1)
+        parts = [dequantize(_from_wire(row, 1, padded, cfg.weight_bits, cfg.weight_group_size))[:s]
+                 for row in out.view(w, -1)]
+        return torch.cat(parts)

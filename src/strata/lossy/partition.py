@@ -236,15 +236,19 @@ class Partition:
     def tile_bounds(self, level: int, tile: int | None = None) -> list[np.ndarray]:
         """Per axis, the grid-index boundaries of the chunks of ``level`` (about ``tile`` grid
         points per axis; the base grid is one chunk)."""
-        g = grid_shape(self.shape, self.level_stride(level))
-        if level == 0:
-            return [np.array([0, m], dtype=np.int64) for m in g]
-        t = tile or self.default_tile()
-        out = []
-        for m in g:
-            nt = max(1, round(m / t))
-            out.append(np.array([(j * m) // nt for j in range(nt + 1)], dtype=np.int64))
-        return out
+        key = ("tile bounds", level, tile)
+        if key not in self.cache:
+            g = grid_shape(self.shape, self.level_stride(level))
+            if level == 0:
+                out = [np.array([0, m], dtype=np.int64) for m in g]
+            else:
+                t = tile or self.default_tile()
+                out = []
+                for m in g:
+                    nt = max(1, round(m / t))
+                    out.append(np.array([(j * m) // nt for j in range(nt + 1)], dtype=np.int64))
+            self.cache[key] = out
+        return self.cache[key]
 
     def chunk_boxes(self, level: int, tile: int | None = None) -> np.ndarray:
         """Chunks of ``level``: int64 ``(n_chunks, 6)`` of grid-index ``lo0, hi0, lo1, hi1,

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from strata import checkpoint as ck
 from strata.checkpoint import codec
+from strata.container import FORMAT_VERSION
 from strata.errors import CorruptStreamError, FormatError, InvalidInputError, TruncatedStreamError
 
 from .conftest import SHARED
@@ -223,7 +224,7 @@ def test_real_model_safetensors_round_trip(tmp_path):
 
 def test_bad_files(tmp_path):
     p = tmp_path / "x.strata"
-    p.write_bytes(b"STRA\x01\x02" + struct.pack("<I", 5) + b"{oops" + b"\0" * 4)
+    p.write_bytes(b"STRA" + bytes([FORMAT_VERSION, 2]) + struct.pack("<I", 5) + b"{oops" + b"\0" * 4)
     with pytest.raises(CorruptStreamError):
         ck.load(p)
     p.write_bytes(b"not a checkpoint at all")

@@ -28,7 +28,7 @@ from typing import BinaryIO
 from .errors import CorruptStreamError, FormatError, ResourceLimitError, TruncatedStreamError
 
 MAGIC = b"STRA"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 KIND_LOSSY = 1
 KIND_CHECKPOINT = 2
 

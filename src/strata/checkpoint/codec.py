@@ -16,12 +16,14 @@ CRC-32) | chunks``; a chunk is ``itemsize x (varint length | plane record)``.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from numba import njit
 
 from ..container import Reader, Writer, check_crc, crc32
-from ..entropy import bytecoder
+from ..entropy import bytecoder, tables
 from ..errors import CorruptStreamError, InvalidInputError
 from . import planes
 
@@ -43,24 +45,87 @@ def threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _run(fn, n: int, workers: int | None) -> list:
+    """``[fn(0), ..., fn(n - 1)]``, on a shared pool of ``workers`` threads (default: all
+    cores; the chunk coders release the GIL). The pools live as long as the process, so a
+    call does not pay for starting threads."""
+    w = min(n, workers or threads())
+    if w <= 1:
+        return [fn(c) for c in range(n)]
+    with _POOLS_LOCK:
+        pool = _POOLS.get(w)
+        if pool is None:
+            pool = _POOLS[w] = ThreadPoolExecutor(w, thread_name_prefix="strata-codec")
+    return list(pool.map(fn, range(n)))
+
+
 def _as_u8(data) -> np.ndarray:
     return np.frombuffer(memoryview(data).cast("B"), np.uint8)
 
 
 def _encode_chunk(chunk: np.ndarray, itemsize: int, rotate: bool) -> bytes:
-    w = Writer()
-    for plane in planes.split(chunk, itemsize, rotate):
-        w.blob(bytecoder.encode(plane))
-    return w.getvalue()
+    n = chunk.size // itemsize
+    out = np.empty(itemsize * (bytecoder.max_record_bytes(n) + 10), np.uint8)
+    return out[:_encode_chunk_into(chunk, itemsize, rotate, out)].tobytes()
 
 
-def _decode_chunk(buf, n: int, itemsize: int, rotate: bool) -> np.ndarray:
-    r = Reader(buf, "chunk")
-    ps = np.empty((itemsize, n // itemsize), np.uint8)
+@njit(nogil=True, cache=True)
+def _encode_chunk_into(chunk, itemsize, rotate, out):
+    """A chunk's record into ``out``: its byte planes, each ``varint length | plane record``
+    (:func:`strata.entropy.bytecoder.encode_into`); returns the record's length."""
+    n = chunk.shape[0] // itemsize
+    ps = np.empty((itemsize, n), np.uint8)
+    planes.split_into(chunk, itemsize, rotate, ps)
+    rec = np.empty(out.shape[0] // itemsize, np.uint8)
+    pos = 0
     for k in range(itemsize):
-        bytecoder.decode(r.blob(len(buf)), n // itemsize, ps[k])
-    r.done()
-    return planes.merge(ps, itemsize, rotate)
+        m = bytecoder.encode_into(ps[k], rec, 0)
+        pos = tables._put_varint(out, pos, m)
+        out[pos:pos + m] = rec[:m]
+        pos += m
+    return pos
+
+
+#: Errors of :func:`_decode_chunk_into` beyond the byte coder's (``bytecoder.ERRORS``).
+_CHUNK_ERRORS = {20: "malformed plane length in a chunk", 21: "trailing bytes in a chunk"}
+
+
+@njit(nogil=True, cache=True)
+def _decode_chunk_into(buf, pos, end, itemsize, rotate, out):
+    """Decode the chunk record ``buf[pos:end]`` into ``out`` (uint8, the chunk's bytes);
+    returns 0 or an error status (``bytecoder.ERRORS`` or ``_CHUNK_ERRORS``)."""
+    ps = np.empty((itemsize, out.shape[0] // itemsize), np.uint8)
+    head = buf[:end]
+    for k in range(itemsize):
+        m, pos = tables._get_varint(head, pos)
+        if m < 0 or pos + m > end:
+            return 20
+        status = bytecoder.decode_from(buf, pos, pos + m, ps[k])
+        if status:
+            return status
+        pos += m
+    if pos != end:
+        return 21
+    planes.merge_into(ps, itemsize, rotate, out)
+    return 0
+
+
+def _decode_chunk(buf, n: int, itemsize: int, rotate: bool, out: np.ndarray | None = None) -> np.ndarray:
+    """Decode a chunk record (bytes-like) of ``n`` bytes.
+
+    Raises:
+        CorruptStreamError: the record is malformed or inconsistent.
+    """
+    b = np.frombuffer(buf, np.uint8)
+    out = np.empty(n, np.uint8) if out is None else out
+    status = _decode_chunk_into(b, 0, b.size, itemsize, rotate, out)
+    if status:
+        raise CorruptStreamError(bytecoder.ERRORS.get(status) or _CHUNK_ERRORS[status])
+    return out
 
 
 def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
@@ -96,8 +161,7 @@ def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
             chunk = np.bitwise_xor(chunk, b[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES])
         return _encode_chunk(chunk, itemsize, rotate)
 
-    with ThreadPoolExecutor(workers or threads()) as ex:
-        coded = list(ex.map(one, range(n_chunks)))
+    coded = _run(one, n_chunks, workers)
     w = Writer().varint(raw.size).u8(_CODES[dtype]).u8(1 if base is not None else 0)
     w.varint(CHUNK_BYTES).varint(n_chunks)
     for c in coded:
@@ -186,14 +250,12 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
         a, b_ = offsets[c], offsets[c + 1]
         check_crc(mv[a:b_], crcs[c], f"chunk {c}")
         lo, hi = c * chunk_bytes, min(n, (c + 1) * chunk_bytes)
-        chunk = _decode_chunk(mv[a:b_], hi - lo, itemsize, rotate)
         if flags & 1:
-            np.bitwise_xor(chunk, bb[lo:hi], out=out[lo:hi])
+            np.bitwise_xor(_decode_chunk(mv[a:b_], hi - lo, itemsize, rotate), bb[lo:hi], out=out[lo:hi])
         else:
-            out[lo:hi] = chunk
+            _decode_chunk(mv[a:b_], hi - lo, itemsize, rotate, out[lo:hi])
 
-    with ThreadPoolExecutor(workers or threads()) as ex:
-        list(ex.map(one, range(n_chunks)))
+    _run(one, n_chunks, workers)
     return out
 
 

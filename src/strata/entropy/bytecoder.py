@@ -1,4 +1,4 @@
-"""Entropy coding of a byte string (one byte plane of a chunk), with the best of three models.
+"""Entropy coding of a byte string (one byte plane of a chunk), with the best of four models.
 
 * ``RAW``: the bytes as they are (planes of near-random mantissa bits);
 * ``CONST``: one byte repeated (all-zero planes of XOR deltas);
@@ -14,21 +14,37 @@ which case raw bytes are cheaper to decode. Layout: ``u8 model | payload`` where
 the raw bytes, the repeated byte, or ``varint table length | tables | rANS bytes``
 (:mod:`strata.entropy.tables`, :mod:`strata.entropy.rans`). The number of bytes is known to
 the caller (it is part of its own index).
+
+The cores (:func:`encode_into`, :func:`decode_from`) are compiled and write into / read from
+caller buffers, so a caller can code many planes in one compiled call; :func:`encode` and
+:func:`decode` wrap them for bytes.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from ..container import Reader
 from ..errors import CorruptStreamError
 from . import rans, tables
 
 RAW, ORDER0, PREV, CONST = 0, 1, 2, 3
 #: Coding must save at least this fraction of the raw size.
-MIN_GAIN = 0.01
+MIN_GAIN = 0.002
 _PREV_SHIFT = 4
 _N_PREV = 256 >> _PREV_SHIFT
+#: Room :func:`encode_into` may need for ``n`` bytes: ``max_record_bytes(n)``.
+_TABLE_ROOM = _N_PREV * (256 + 8) + 8
+
+#: Errors of :func:`decode_from`, by status.
+ERRORS = {1: "empty byte-plane record", 2: "raw byte plane of the wrong length",
+          3: "constant byte plane of the wrong length", 4: "unknown byte-plane model",
+          5: "byte-plane tables truncated or malformed", 6: "invalid byte-plane table",
+          7: "byte-plane entropy-coded data inconsistent"}
+
+
+def max_record_bytes(n: int) -> int:
+    """Largest record :func:`encode_into` writes for ``n`` bytes."""
+    return n + 1 + 2 * n + _TABLE_ROOM + 32
 
 
 @njit(nogil=True, cache=True)
@@ -37,76 +53,94 @@ def _histograms(data):
     (``(16, 256)``)."""
     h0 = np.zeros((1, 256), np.int64)
     hp = np.zeros((_N_PREV, 256), np.int64)
-    prev = 0
+    prev = np.uint64(0)
     for k in range(data.shape[0]):
-        b = data[k]
+        b = np.uint64(data[k])
         h0[0, b] += 1
-        hp[prev >> _PREV_SHIFT, b] += 1
+        hp[prev >> np.uint64(_PREV_SHIFT), b] += 1
         prev = b
     return h0, hp
 
 
-@njit(nogil=True, cache=True)
-def _encode(data, enc, shift, buf):
+# The coding loops allocate nothing: compiled without reference counting (``_nrt=False``),
+# which numba would otherwise emit around the inlined rANS helpers in the loop.
+@njit(nogil=True, _nrt=False)
+def _encode(data, flat, n_s, shift, buf):
     """rANS-code ``data`` backwards into the end of ``buf``; table ``data[k-1] >> shift``
-    (``shift = 8`` gives one table). Returns the start of the coded bytes in ``buf``."""
+    (``shift = 8`` gives one table), ``flat`` the flattened :func:`~strata.entropy.rans.encoder_table`
+    of ``n_s`` symbols per table. Returns the start of the coded bytes in ``buf``."""
     state = np.int64(rans.RANS_L)
     pos = buf.shape[0]
-    flat = enc.ravel()
-    n_s = enc.shape[1]
-    for k in range(data.shape[0] - 1, -1, -1):
-        t = (np.int64(data[k - 1]) >> shift) if k > 0 else 0
+    for i in range(data.shape[0]):
+        k = np.uint64(data.shape[0] - 1 - i)
+        t = (np.int64(data[k - np.uint64(1)]) >> shift) if k > 0 else 0
         state, pos = rans.encode_put_fast(state, buf, pos, flat, rans.encoder_offset(t, data[k], n_s))
     return rans.encode_flush(state, buf, pos)
 
 
-@njit(nogil=True, cache=True)
-def _encode4(data, enc, buf):
+@njit(nogil=True, _nrt=False)
+def _encode4(data, flat, n_s, buf):
     """Order-0 rANS with four interleaved states (state ``k & 3`` codes byte ``k``), backwards
     into the end of ``buf``; returns the start of the coded bytes."""
-    st = np.full(4, rans.RANS_L, np.int64)
+    s0 = s1 = s2 = s3 = np.int64(rans.RANS_L)
     pos = buf.shape[0]
-    flat = enc.ravel()
-    n_s = enc.shape[1]
-    for k in range(data.shape[0] - 1, -1, -1):
+    n = data.shape[0]
+    k = n - 1
+    while k >= 0 and (k & 3) != 3:  # the last n % 4 bytes first, each with its own state
         j = k & 3
-        st[j], pos = rans.encode_put_fast(st[j], buf, pos, flat, rans.encoder_offset(0, data[k], n_s))
-    for j in range(3, -1, -1):
-        pos = rans.encode_flush(st[j], buf, pos)
-    return pos
+        off = rans.encoder_offset(0, data[np.uint64(k)], n_s)
+        if j == 0:
+            s0, pos = rans.encode_put_fast(s0, buf, pos, flat, off)
+        elif j == 1:
+            s1, pos = rans.encode_put_fast(s1, buf, pos, flat, off)
+        else:
+            s2, pos = rans.encode_put_fast(s2, buf, pos, flat, off)
+        k -= 1
+    while k >= 3:  # then whole groups of four, states 3, 2, 1, 0
+        u = np.uint64(k)
+        s3, pos = rans.encode_put_fast(s3, buf, pos, flat, rans.encoder_offset(0, data[u], n_s))
+        s2, pos = rans.encode_put_fast(s2, buf, pos, flat, rans.encoder_offset(0, data[u - np.uint64(1)], n_s))
+        s1, pos = rans.encode_put_fast(s1, buf, pos, flat, rans.encoder_offset(0, data[u - np.uint64(2)], n_s))
+        s0, pos = rans.encode_put_fast(s0, buf, pos, flat, rans.encoder_offset(0, data[u - np.uint64(3)], n_s))
+        k -= 4
+    pos = rans.encode_flush(s3, buf, pos)
+    pos = rans.encode_flush(s2, buf, pos)
+    pos = rans.encode_flush(s1, buf, pos)
+    return rans.encode_flush(s0, buf, pos)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, _nrt=False)
 def _decode4(payload, pos, end, symbols, info, out):
     """Inverse of :func:`_encode4`: four independent dependency chains; False if the stream
-    is inconsistent."""
+    is inconsistent. The table must be complete (see :func:`decode_from`). While eight bytes
+    remain, renormalization has no data-dependent branch and reads unchecked
+    (:func:`strata.entropy.rans.decode_step_unchecked`); the end runs a checked loop."""
     s0, pos = rans.decode_init(payload, pos, end)
     s1, pos = rans.decode_init(payload, pos, end)
     s2, pos = rans.decode_init(payload, pos, end)
     s3, pos = rans.decode_init(payload, pos, end)
     if min(s0, s1, s2, s3) < rans.RANS_L:
         return False
-    n = out.shape[0]
+    n = np.uint64(out.shape[0])  # (uint64 against uint64: no float comparison)
     k = np.uint64(0)
-    while k + np.uint64(3) < n:
+    safe = end - 8  # four symbols read at most eight bytes
+    while k + np.uint64(3) < n and pos <= safe:  # (the table is complete: every slot valid)
         y0, i0 = rans.decode_lookup(s0, symbols, info, 0)
         y1, i1 = rans.decode_lookup(s1, symbols, info, 0)
         y2, i2 = rans.decode_lookup(s2, symbols, info, 0)
         y3, i3 = rans.decode_lookup(s3, symbols, info, 0)
-        if not (rans.info_valid(i0) and rans.info_valid(i1) and rans.info_valid(i2) and rans.info_valid(i3)):
-            return False
-        s0, pos = rans.decode_step(s0, i0, payload, pos, end)
-        s1, pos = rans.decode_step(s1, i1, payload, pos, end)
-        s2, pos = rans.decode_step(s2, i2, payload, pos, end)
-        s3, pos = rans.decode_step(s3, i3, payload, pos, end)
+        s0, pos = rans.decode_step_unchecked(s0, i0, payload, pos)
+        s1, pos = rans.decode_step_unchecked(s1, i1, payload, pos)
+        s2, pos = rans.decode_step_unchecked(s2, i2, payload, pos)
+        s3, pos = rans.decode_step_unchecked(s3, i3, payload, pos)
         out[k] = y0
         out[k + np.uint64(1)] = y1
         out[k + np.uint64(2)] = y2
         out[k + np.uint64(3)] = y3
         k += np.uint64(4)
-    while k < n:  # the last n % 4 bytes, states 0.. in turn
+    while k < n:  # states 0..3 in turn, reads checked against the end
         j = k & np.uint64(3)
-        st = s0 if j == 0 else (s1 if j == 1 else s2)
+        st = s0 if j == 0 else (s1 if j == 1 else (s2 if j == 2 else s3))
         y, i = rans.decode_lookup(st, symbols, info, 0)
         if not rans.info_valid(i):
             return False
@@ -115,14 +149,16 @@ def _decode4(payload, pos, end, symbols, info, out):
             s0 = st
         elif j == 1:
             s1 = st
-        else:
+        elif j == 2:
             s2 = st
+        else:
+            s3 = st
         out[k] = y
         k += np.uint64(1)
     return pos == end and s0 == rans.RANS_L and s1 == rans.RANS_L and s2 == rans.RANS_L and s3 == rans.RANS_L
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, _nrt=False)
 def _decode(payload, pos, end, symbols, info, shift, out):
     """Decode ``out.size`` bytes coded by :func:`_encode`; returns False if the stream is
     inconsistent (invalid slot, not consumed exactly, wrong final state)."""
@@ -140,38 +176,99 @@ def _decode(payload, pos, end, symbols, info, shift, out):
     return pos == end and state == rans.RANS_L
 
 
+@njit(nogil=True, cache=True)
+def _estimate(data):
+    h0, hp = _histograms(data)
+    return min(8.0 * data.shape[0], tables.cost_bits(h0), tables.cost_bits(hp)) + 8
+
+
 def estimate_bits(data: np.ndarray) -> float:
     """Estimated size in bits of :func:`encode` output for ``data`` (uint8 array)."""
     data = np.ascontiguousarray(data, dtype=np.uint8)
-    if data.size == 0:
-        return 8.0
+    return 8.0 if data.size == 0 else float(_estimate(data))
+
+
+@njit(nogil=True, cache=True)
+def encode_into(data, out, pos):
+    """Code ``data`` (uint8) with the model that makes it smallest, as a record written to
+    ``out[pos:]`` (room: :func:`max_record_bytes`); returns the position after it."""
+    n = data.shape[0]
+    if n == 0:
+        out[pos] = RAW
+        return pos + 1
     h0, hp = _histograms(data)
-    return min(8.0 * data.size, tables.cost_bits(h0), tables.cost_bits(hp)) + 8
+    if h0[0, data[0]] == n:
+        out[pos] = CONST
+        out[pos + 1] = data[0]
+        return pos + 2
+    c0 = tables.cost_bits(h0)
+    cp = tables.cost_bits(hp)
+    if min(c0, cp) > (1 - MIN_GAIN) * 8.0 * n:
+        out[pos] = RAW
+        out[pos + 1:pos + 1 + n] = data
+        return pos + 1 + n
+    order0 = c0 <= cp
+    counts = h0 if order0 else hp
+    freq = tables.normalize(tables.approx_value(tables.approx_code(counts)))
+    tab = np.empty(counts.shape[0] * (counts.shape[1] + 8), np.uint8)
+    tlen = tables._serialize_into(tables.approx_code(counts), tab)
+    buf = np.empty(2 * n + 32, np.uint8)
+    enc = rans.encoder_table(freq)
+    flat = enc.ravel()
+    start = _encode4(data, flat, 256, buf) if order0 else _encode(data, flat, 256, _PREV_SHIFT, buf)
+    out[pos] = ORDER0 if order0 else PREV
+    p = tables._put_varint(out, pos + 1, tlen)
+    out[p:p + tlen] = tab[:tlen]
+    p += tlen
+    m = buf.shape[0] - start
+    out[p:p + m] = buf[start:]
+    return p + m
+
+
+@njit(nogil=True, cache=True)
+def decode_from(buf, pos, end, out):
+    """Decode the record ``buf[pos:end]`` into ``out`` (uint8, its known length); returns 0 or
+    an error status (a key of :data:`ERRORS`). Every read stays inside ``buf[pos:end]``."""
+    n = out.shape[0]
+    if end <= pos:
+        return 1
+    model = buf[pos]
+    if model == RAW:
+        if end - pos - 1 != n:
+            return 2
+        out[:] = buf[pos + 1:end]
+        return 0
+    if model == CONST:
+        if end - pos != 2:
+            return 3
+        out[:] = buf[pos + 1]
+        return 0
+    if model != ORDER0 and model != PREV:
+        return 4
+    tlen, p = tables._get_varint(buf[:end], pos + 1)
+    if tlen < 0 or p + tlen > end:
+        return 5
+    n_tables = 1 if model == ORDER0 else _N_PREV
+    codes, st = tables._deserialize(buf[p:p + tlen], n_tables, 256)
+    if st != 0:
+        return 5
+    freq = tables.normalize(tables.approx_value(codes))
+    for t in range(n_tables):
+        if freq[t, 0] < 0:
+            return 6
+    if model == ORDER0 and freq[0].sum() != tables.SCALE:  # an empty table: no slot is valid
+        return 6
+    symbols, info = tables.split_decode_tables(freq, np.arange(n_tables))
+    ok = (_decode4(buf, p + tlen, end, symbols, info, out) if model == ORDER0
+          else _decode(buf, p + tlen, end, symbols, info, _PREV_SHIFT, out))
+    return 0 if ok else 7
 
 
 def encode(data: np.ndarray) -> bytes:
     """Code a byte string (uint8 array) with the model that makes it smallest."""
     data = np.ascontiguousarray(data, dtype=np.uint8)
-    n = data.shape[0]
-    if n == 0:
-        return bytes([RAW])
-    h0, hp = _histograms(data)
-    if h0[0, data[0]] == n:
-        return bytes([CONST, int(data[0])])
-    raw_bits = 8.0 * n
-    c0 = tables.cost_bits(h0)
-    cp = tables.cost_bits(hp)
-    model, counts, shift = (ORDER0, h0, 8) if c0 <= cp else (PREV, hp, _PREV_SHIFT)
-    if min(c0, cp) > (1 - MIN_GAIN) * raw_bits:
-        return bytes([RAW]) + data.tobytes()
-    freq = tables.normalize(tables.quantized(counts))
-    table_bytes = tables.serialize(counts)
-    buf = np.empty(2 * n + 32, np.uint8)
-    enc = rans.encoder_table(freq)
-    start = _encode4(data, enc, buf) if model == ORDER0 else _encode(data, enc, shift, buf)
-    head = bytearray([model])
-    tables._varint(head, len(table_bytes))
-    return bytes(head) + table_bytes + buf[start:].tobytes()
+    out = np.empty(max_record_bytes(data.size), np.uint8)
+    return out[:encode_into(data, out, 0)].tobytes()
 
 
 def decode(buf, n: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -181,38 +278,9 @@ def decode(buf, n: int, out: np.ndarray | None = None) -> np.ndarray:
     Raises:
         CorruptStreamError: unknown model, truncated or inconsistent data.
     """
-    mv = memoryview(buf).cast("B")
     out = np.empty(n, np.uint8) if out is None else out
-    if len(mv) < 1:
-        raise CorruptStreamError("empty byte-plane record")
-    model = mv[0]
-    if model == RAW:
-        if len(mv) != n + 1:
-            raise CorruptStreamError(f"raw byte plane of {len(mv) - 1} bytes, expected {n}")
-        out[:] = np.frombuffer(mv, np.uint8, n, 1)
-        return out
-    if model == CONST:
-        if len(mv) != 2:
-            raise CorruptStreamError("constant byte plane of the wrong length")
-        out[:] = mv[1]
-        return out
-    if model not in (ORDER0, PREV):
-        raise CorruptStreamError(f"unknown byte-plane model {model}")
-    r = Reader(mv, "byte-plane record")
-    r.pos = 1
-    tlen = r.varint(len(mv))
-    pos = r.pos
-    if pos + tlen > len(mv):
-        raise CorruptStreamError("byte-plane tables truncated")
-    n_tables = 1 if model == ORDER0 else _N_PREV
-    counts = tables.deserialize(mv[pos:pos + tlen], n_tables, 256)
-    freq = tables.normalize(counts)
-    if freq.min(initial=0) < 0:
-        raise CorruptStreamError("invalid byte-plane table")
-    symbols, info = tables.split_decode_tables(freq, np.arange(n_tables, dtype=np.int64))
-    payload = np.frombuffer(mv, np.uint8)
-    ok = (_decode4(payload, pos + tlen, len(mv), symbols, info, out) if model == ORDER0
-          else _decode(payload, pos + tlen, len(mv), symbols, info, _PREV_SHIFT, out))
-    if not ok:
-        raise CorruptStreamError("byte-plane entropy-coded data inconsistent")
+    b = np.frombuffer(buf, np.uint8)
+    status = decode_from(b, 0, b.size, out)
+    if status:
+        raise CorruptStreamError(ERRORS[status])
     return out

@@ -78,11 +78,15 @@ def normalize(counts):
     """Scale each row of ``counts`` (int64 ``(n_tables, n_symbols)``) to sum to ``SCALE``.
 
     Every present symbol keeps a frequency of at least 1; rows with no counts stay zero.
-    Integer arithmetic only. A row with more than ``SCALE`` present symbols is an error
-    (returned as all -1).
+    Each frequency is ``counts * SCALE / total`` rounded down, then the slots left over go one
+    each to the symbols with the largest remainders (ties to the lower symbol), which keeps
+    near-uniform tables of many symbols close to their counts. Integer arithmetic and a stable
+    sort only: encoder and decoder agree on every platform. A row with more than ``SCALE``
+    present symbols is an error (returned as all -1).
     """
     n_t, n_s = counts.shape
     freq = np.zeros((n_t, n_s), np.int64)
+    rem = np.empty(n_s, np.int64)
     for t in range(n_t):
         total = 0
         present = 0
@@ -95,18 +99,19 @@ def normalize(counts):
             freq[:] = -1
             return freq
         acc = 0
-        big = 0
         for s in range(n_s):
             c = counts[t, s]
+            rem[s] = -1 - total  # absent symbols: never chosen
             if c > 0:
                 f = max(1, (c * SCALE) // total)
                 freq[t, s] = f
                 acc += f
-                if f > freq[t, big]:
-                    big = s
+                rem[s] = c * SCALE - f * total  # < 0 for symbols raised to 1
         diff = SCALE - acc
-        if diff >= 0 or freq[t, big] + diff >= 1:
-            freq[t, big] += diff
+        if diff > 0:
+            order = np.argsort(-rem, kind="mergesort")
+            for j in range(diff):
+                freq[t, order[j]] += 1
             continue
         # too many forced ones: take from the largest frequencies in turn
         while diff < 0:

@@ -313,12 +313,12 @@ def _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero):
     reads clamped to ``r_end``, which the padded ``payload`` extends past)."""
     slot = sa & _SLOT_MASK
     z = zero[ctx]
-    if slot < z:  # symbol 0: rarely needs a byte, so branches (well predicted) are cheapest
+    if slot < z:  # symbol 0: rarely needs a word, so a branch (well predicted) is cheapest
         sa = z * (sa >> tables.SCALE_BITS) + slot
-        for _ in range(2):  # at most two bytes after a valid symbol; bounded for any input
-            if sa < rans.RANS_L:
-                sa = (sa << 8) | np.int64(payload[np.uint64(min(rpos, r_end))])
-                rpos += 1
+        if sa < rans.RANS_L:
+            q = np.uint64(min(rpos, r_end))
+            sa = (sa << 16) | np.int64(payload[q]) | (np.int64(payload[q + np.uint64(1)]) << 8)
+            rpos += 2
         return np.uint8(0), sa, rpos
     sym, inf = rans.decode_lookup(sa, symbols, info, ctx)
     sa, rpos = rans.decode_step_select(sa, inf, payload, rpos, r_end)

@@ -49,7 +49,7 @@ _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def _run(fn, n: int, workers: int | None) -> list:
+def run_parallel(fn, n: int, workers: int | None = None) -> list:
     """``[fn(0), ..., fn(n - 1)]``, on a shared pool of ``workers`` threads (default: all
     cores; the chunk coders release the GIL). The pools live as long as the process, so a
     call does not pay for starting threads."""
@@ -161,7 +161,7 @@ def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
             chunk = np.bitwise_xor(chunk, b[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES])
         return _encode_chunk(chunk, itemsize, rotate)
 
-    coded = _run(one, n_chunks, workers)
+    coded = run_parallel(one, n_chunks, workers)
     w = Writer().varint(raw.size).u8(_CODES[dtype]).u8(1 if base is not None else 0)
     w.varint(CHUNK_BYTES).varint(n_chunks)
     for c in coded:
@@ -255,7 +255,7 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
         else:
             _decode_chunk(mv[a:b_], hi - lo, itemsize, rotate, out[lo:hi])
 
-    _run(one, n_chunks, workers)
+    run_parallel(one, n_chunks, workers)
     return out
 
 

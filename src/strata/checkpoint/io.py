@@ -31,7 +31,7 @@ import numpy as np
 from ..container import KIND_CHECKPOINT, Source, atomic_write, check_crc, crc32, pack, unpack_header
 from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError
 from . import codec
-from .state import Tensor, flatten, unflatten
+from .state import Tensor, TorchBytes, flatten, unflatten
 
 #: Largest decoded segment strata will allocate (1 TiB).
 MAX_SEGMENT_BYTES = 1 << 40
@@ -55,17 +55,20 @@ class Snapshot:
     raw_header: bytes = b""
 
 
-def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list | None = None) -> Snapshot:
+def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list | None = None,
+          alloc=None) -> Snapshot:
     """Gather the tensors of each dtype into segments (in order of appearance).
 
     The bytes are copied once into the segments, and each tensor's ``data`` becomes a view
     of its segment (so the snapshot no longer shares memory with the caller's tensors).
-    ``segments``, if given, are the already decoded segments of that layout.
+    ``segments``, if given, are the already decoded segments of that layout. ``alloc(n)``
+    gives the uint8 buffer of a segment of ``n`` bytes (default: a new array), e.g. a
+    recycled one.
     """
     order: dict[str, list[int]] = {}
     for i, t in enumerate(tensors):
         order.setdefault(t.dtype, []).append(i)
-    keys, built = [], []
+    keys, built, copies = [], [], []
     seg_of = [(0, 0)] * len(tensors)
     for s, (dtype, idx) in enumerate(order.items()):
         off = 0
@@ -74,12 +77,18 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
             off += tensors[i].data.size
         keys.append((dtype, tuple((tensors[i].name, tuple(tensors[i].shape)) for i in idx)))
         if segments is None:
-            seg = np.empty(off, np.uint8)
+            seg = np.empty(off, np.uint8) if alloc is None else alloc(off)
+            address = seg.ctypes.data
             for i in idx:
-                a = seg_of[i][1]
-                seg[a:a + tensors[i].data.size] = tensors[i].data
-                tensors[i].data = seg[a:a + tensors[i].data.size]
+                a, d = seg_of[i][1], tensors[i].data
+                if isinstance(d, TorchBytes):
+                    copies.append((address + a, d))  # copied below, once every buffer exists
+                else:
+                    seg[a:a + d.size] = d
+                tensors[i].data = seg[a:a + d.size]
             built.append(seg)
+    for address, d in copies:
+        d.copy_to(address)
     return Snapshot(skeleton, tensors, built if segments is None else segments, keys, seg_of, source=source)
 
 
@@ -203,7 +212,7 @@ def save(state_dict, path, base=None, workers: int | None = None) -> None:
         FormatError: ``base`` is not a readable checkpoint.
     """
     path = Path(path)
-    snap = group(*flatten(state_dict))
+    snap = group(*flatten(state_dict, lazy=True))
     base_snap = None
     if base is not None:
         base = Path(base)

@@ -10,6 +10,8 @@ met (``strata.checkpoint`` works on NumPy arrays without it).
 """
 from __future__ import annotations
 
+import ctypes
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,25 +45,56 @@ class Tensor:
     kind: str
     dtype: str
     shape: tuple[int, ...]
-    data: np.ndarray
+    data: np.ndarray  # or TorchBytes before grouping (``flatten(lazy=True)``)
+
+
+_TORCH_DTYPE_NAMES: dict = {}  # torch dtype -> its name, memoized
+
+
+def _torch_uint8(t):
+    return __import__("torch").uint8
 
 
 def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "untyped_storage")
+    torch = sys.modules.get("torch")  # (a torch tensor exists only once torch is imported)
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
-def tensor_bytes(x, copy: bool = False) -> tuple[str, str, tuple[int, ...], np.ndarray]:
-    """``(kind, dtype name, shape, uint8 bytes)`` of a torch tensor or NumPy array.
+class TorchBytes:
+    """The bytes of a CPU, contiguous torch tensor, copied on demand: ``size`` bytes;
+    :meth:`copy_to` copies them to an address (one ``memmove``, no NumPy or torch views)."""
+
+    __slots__ = ("tensor", "size")
+
+    def __init__(self, tensor, size: int):
+        self.tensor, self.size = tensor, size
+
+    def copy_to(self, address: int) -> None:
+        if self.size:
+            ctypes.memmove(address, self.tensor.data_ptr(), self.size)
+
+
+def tensor_bytes(x, copy: bool = False, lazy: bool = False) -> tuple[str, str, tuple[int, ...], object]:
+    """``(kind, dtype name, shape, uint8 bytes)`` of a torch tensor or NumPy array; with
+    ``lazy``, the bytes of a CPU contiguous torch tensor come as :class:`TorchBytes` (the
+    caller copies them before the tensor may change).
 
     Raises:
         UnsupportedDtypeError: a dtype strata cannot store (object arrays, quantized tensors).
     """
     if _is_torch(x):
-        name = str(x.dtype).removeprefix("torch.")
-        if name not in TORCH_NAMES:
-            raise UnsupportedDtypeError(f"torch dtype {x.dtype} is not supported")
-        t = x.detach().to("cpu").contiguous()
-        b = t.reshape(-1).view(__import__("torch").uint8).numpy()
+        name = _TORCH_DTYPE_NAMES.get(x.dtype)
+        if name is None:
+            name = str(x.dtype).removeprefix("torch.")
+            if name not in TORCH_NAMES:
+                raise UnsupportedDtypeError(f"torch dtype {x.dtype} is not supported")
+            _TORCH_DTYPE_NAMES[x.dtype] = name
+        t = x.detach() if x.requires_grad else x
+        if not t.is_cpu or not t.is_contiguous():
+            t = t.to("cpu").contiguous()
+        elif lazy and not copy:
+            return "torch", TORCH_NAMES[name], tuple(t.shape), TorchBytes(t, t.nbytes)
+        b = t.reshape(-1).view(_torch_uint8(t)).numpy()
         return "torch", TORCH_NAMES[name], tuple(t.shape), (b.copy() if copy else b)
     a = np.asarray(x)
     dt = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
@@ -72,8 +105,9 @@ def tensor_bytes(x, copy: bool = False) -> tuple[str, str, tuple[int, ...], np.n
     return "numpy", NUMPY_NAMES[np.dtype(dt).newbyteorder("=")], tuple(a.shape), (b.copy() if copy else b)
 
 
-def flatten(state, copy: bool = False) -> tuple[object, list[Tensor]]:
-    """Skeleton and tensors of a nested state dict (``copy``: snapshot the bytes).
+def flatten(state, copy: bool = False, lazy: bool = False) -> tuple[object, list[Tensor]]:
+    """Skeleton and tensors of a nested state dict (``copy``: snapshot the bytes; ``lazy``:
+    see :func:`tensor_bytes`).
 
     Raises:
         InvalidInputError: a value that is neither a tensor, a container nor a plain value.
@@ -82,7 +116,7 @@ def flatten(state, copy: bool = False) -> tuple[object, list[Tensor]]:
 
     def walk(x, path):
         if _is_torch(x) or isinstance(x, np.ndarray):
-            kind, dtype, shape, data = tensor_bytes(x, copy)
+            kind, dtype, shape, data = tensor_bytes(x, copy, lazy)
             tensors.append(Tensor(path, kind, dtype, shape, data))
             return {"__tensor__": len(tensors) - 1}
         if isinstance(x, dict):

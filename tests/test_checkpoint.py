@@ -168,6 +168,22 @@ def test_async_checkpointer_snapshot_is_the_state_at_save_time(tmp_path):
     assert [b is None for b in bases] == [True, False, False, True, False]
 
 
+def test_async_checkpointer_recycled_buffers_hold_each_save(tmp_path):
+    """Host buffers are reused across saves: every file must still hold its own state, also
+    while saves queue up behind the writer (deltas, full saves, strided tensors, arrays)."""
+    rng = np.random.default_rng(7)
+    w = torch.from_numpy(rng.standard_normal((64, 48)).astype(np.float32))
+    expected = []
+    with ck.AsyncCheckpointer(full_every=4, max_pending=2) as saver:
+        for i in range(12):
+            w.add_(torch.from_numpy(rng.standard_normal(w.shape).astype(np.float32)) * 1e-3)
+            state = {"w": w, "wt": w.t(), "b": w[:, 0].to(torch.bfloat16), "a": rng.integers(0, 9, 7), "i": i}
+            expected.append({k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in state.items()})
+            saver.save(state, tmp_path / f"r{i}.strata")
+    for i, e in enumerate(expected):
+        assert same(e, ck.load(tmp_path / f"r{i}.strata"))
+
+
 def test_async_checkpointer_errors_surface(tmp_path):
     saver = ck.AsyncCheckpointer()
     saver.save({"x": np.zeros(3)}, tmp_path / "no_such_dir" / "x.strata")

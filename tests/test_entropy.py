@@ -1,12 +1,14 @@
-"""The shared entropy layer: binning, tables, rANS (exact round trips, near-entropy sizes)."""
+"""The shared entropy layer: binning, tables, rANS, the byte-string coder (exact round trips,
+near-entropy sizes, damaged records refused)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from strata.entropy import rans, tables
+from strata.entropy import bytecoder, rans, tables
 from strata.entropy.binning import (
     ALPHABET,
     DIRECT,
@@ -18,6 +20,7 @@ from strata.entropy.binning import (
     unzigzag,
     zigzag,
 )
+from strata.errors import CorruptStreamError
 
 
 @njit
@@ -155,3 +158,60 @@ def test_decode_tables_mark_unused_tables_invalid():
     # the unused table: every slot invalid
     assert np.all(symbols[tables.SCALE:] == tables.INVALID_ENTRY)
     assert not any(rans.info_valid(v) for v in info[n:])
+
+
+def _byte_string(kind, n, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "uniform":
+        return rng.integers(0, 256, n).astype(np.uint8)
+    if kind == "narrow":  # an exponent plane
+        return np.clip(rng.normal(120, 2, n), 0, 255).astype(np.uint8)
+    if kind == "walk":  # correlated with the previous byte
+        return np.cumsum(rng.integers(0, 3, n)).astype(np.uint8)
+    if kind == "halves":  # statistics change along the string (not with the previous byte)
+        x = np.clip(rng.normal(120, 1.5, n), 0, 255).astype(np.uint8)
+        x[n // 2:] = rng.integers(112, 128, n - n // 2)
+        return x
+    return np.full(n, 7, np.uint8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["uniform", "narrow", "walk", "halves", "const"]),
+       st.integers(0, 3 * bytecoder.SPLIT_PARTS * bytecoder.MIN_PART_BYTES), st.integers(0, 2**32 - 1))
+def test_bytecoder_round_trip(kind, n, seed):
+    x = _byte_string(kind, n, seed)
+    rec = bytecoder.encode(x)
+    assert np.array_equal(bytecoder.decode(rec, n), x)
+    assert len(rec) <= n + 1 + (n >= bytecoder.SPLIT_PARTS * bytecoder.MIN_PART_BYTES) * 16
+
+
+def test_bytecoder_picks_each_model_and_splits_changing_strings():
+    n = 2 * bytecoder.SPLIT_PARTS * bytecoder.MIN_PART_BYTES
+    models = {kind: bytecoder.encode(_byte_string(kind, n, 1))[0]
+              for kind in ("uniform", "narrow", "walk", "halves", "const")}
+    assert models == {"uniform": bytecoder.RAW, "narrow": bytecoder.ORDER0, "walk": bytecoder.PREV,
+                      "halves": bytecoder.SPLIT, "const": bytecoder.CONST}
+    # the split record is smaller than coding the two halves' mixture with one table
+    x = _byte_string("halves", n, 1)
+    whole = bytecoder.estimate_bits(x) / 8
+    assert len(bytecoder.encode(x)) < 0.95 * whole
+
+
+@pytest.mark.parametrize("kind", ["narrow", "walk", "halves"])
+def test_bytecoder_refuses_damaged_records(kind):
+    n = 2 * bytecoder.SPLIT_PARTS * bytecoder.MIN_PART_BYTES
+    x = _byte_string(kind, n, 2)
+    rec = bytecoder.encode(x)
+    for cut in (1, 2, 5, len(rec) // 2, len(rec) - 1):  # truncated
+        with pytest.raises(CorruptStreamError):
+            bytecoder.decode(rec[:cut], n)
+    rng = np.random.default_rng(3)
+    caught = 0
+    for _ in range(20):  # flipped bytes: refused, or decoded without leaving the buffers
+        bad = bytearray(rec)
+        bad[int(rng.integers(1, len(bad)))] ^= 1 << int(rng.integers(0, 8))
+        try:
+            bytecoder.decode(bytes(bad), n)
+        except CorruptStreamError:
+            caught += 1
+    assert caught >= 15

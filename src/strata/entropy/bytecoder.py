@@ -10,10 +10,17 @@
 
 The encoder histograms the bytes under both models, estimates each coded size (tables
 included) and keeps the smallest, unless it saves less than ``MIN_GAIN`` of the raw size, in
-which case raw bytes are cheaper to decode. Layout: ``u8 model | payload`` where the payload is
-the raw bytes, the repeated byte, or ``varint table length | tables | rANS bytes``
-(:mod:`strata.entropy.tables`, :mod:`strata.entropy.rans`). The number of bytes is known to
-the caller (it is part of its own index).
+which case raw bytes are cheaper to decode. A string of 64 KiB or more may instead be stored
+``SPLIT`` into four equal parts, each its own record with its own model and tables, when the
+parts' estimated sizes add up to less than the whole's: a plane whose statistics change along
+it (the tensors sharing a chunk, the query/key/value blocks of one attention weight) gets
+tables that follow them, at the granularity ZipNN codes (256 KiB of a 1 MiB chunk).
+The histograms are taken per part and summed, so the choice costs no extra pass.
+
+Layout: ``u8 model | payload`` where the payload is the raw bytes, the repeated byte,
+``varint table length | tables | rANS bytes`` (:mod:`strata.entropy.tables`,
+:mod:`strata.entropy.rans`), or for ``SPLIT`` ``u8 4 | 3 x varint part record length | the
+part records``. The number of bytes is known to the caller (it is part of its own index).
 
 The cores (:func:`encode_into`, :func:`decode_from`) are compiled and write into / read from
 caller buffers, so a caller can code many planes in one compiled call; :func:`encode` and
@@ -27,9 +34,12 @@ from numba import njit
 from ..errors import CorruptStreamError
 from . import rans, tables
 
-RAW, ORDER0, PREV, CONST = 0, 1, 2, 3
+RAW, ORDER0, PREV, CONST, SPLIT = 0, 1, 2, 3, 4
 #: Coding must save at least this fraction of the raw size.
 MIN_GAIN = 0.002
+#: Parts of a split string, and the fewest bytes per part.
+SPLIT_PARTS = 4
+MIN_PART_BYTES = 1 << 14
 _PREV_SHIFT = 4
 _N_PREV = 256 >> _PREV_SHIFT
 #: Room :func:`encode_into` may need for ``n`` bytes: ``max_record_bytes(n)``.
@@ -39,12 +49,12 @@ _TABLE_ROOM = _N_PREV * (256 + 8) + 8
 ERRORS = {1: "empty byte-plane record", 2: "raw byte plane of the wrong length",
           3: "constant byte plane of the wrong length", 4: "unknown byte-plane model",
           5: "byte-plane tables truncated or malformed", 6: "invalid byte-plane table",
-          7: "byte-plane entropy-coded data inconsistent"}
+          7: "byte-plane entropy-coded data inconsistent", 8: "malformed split byte-plane record"}
 
 
 def max_record_bytes(n: int) -> int:
     """Largest record :func:`encode_into` writes for ``n`` bytes."""
-    return n + 1 + 2 * n + _TABLE_ROOM + 32
+    return n + 1 + 2 * n + SPLIT_PARTS * (_TABLE_ROOM + 48) + 32
 
 
 @njit(nogil=True, cache=True)
@@ -188,15 +198,59 @@ def estimate_bits(data: np.ndarray) -> float:
     return 8.0 if data.size == 0 else float(_estimate(data))
 
 
+@njit(inline="always")
+def _recontext(hp, data, k):
+    """Move byte ``k``'s count in ``hp`` from context 0 to its previous byte's context."""
+    s = data[k]
+    hp[0, s] -= 1
+    hp[np.int64(data[k - 1]) >> _PREV_SHIFT, s] += 1
+
+
 @njit(nogil=True, cache=True)
 def encode_into(data, out, pos):
     """Code ``data`` (uint8) with the model that makes it smallest, as a record written to
-    ``out[pos:]`` (room: :func:`max_record_bytes`); returns the position after it."""
+    ``out[pos:]`` (room: :func:`max_record_bytes`); returns the position after it.
+
+    A string of at least ``SPLIT_PARTS * MIN_PART_BYTES`` bytes is stored as ``SPLIT_PARTS``
+    records of its equal parts when their estimated sizes add up to less than the whole's."""
+    n = data.shape[0]
+    n_parts = SPLIT_PARTS if n >= SPLIT_PARTS * MIN_PART_BYTES else 1
+    h0s = np.zeros((n_parts, 1, 256), np.int64)
+    hps = np.zeros((n_parts, _N_PREV, 256), np.int64)
+    split_bits = 8.0 * (2 + 3 * n_parts)
+    for p in range(n_parts):
+        seg = data[n * p // n_parts:n * (p + 1) // n_parts]
+        h0s[p], hps[p] = _histograms(seg)
+        split_bits += min(8.0 * seg.shape[0], tables.cost_bits(h0s[p]), tables.cost_bits(hps[p])) + 8
+    h0 = h0s.sum(axis=0)
+    hp = hps.sum(axis=0)
+    for p in range(1, n_parts):  # in the whole string, a part's first byte has a context
+        _recontext(hp, data, n * p // n_parts)
+    if n_parts > 1 and h0[0, data[0]] != n:
+        whole_bits = min(8.0 * n, tables.cost_bits(h0), tables.cost_bits(hp)) + 8
+        if split_bits < whole_bits:
+            out[pos] = SPLIT
+            out[pos + 1] = n_parts
+            tmp = np.empty(out.shape[0] - pos, np.uint8)
+            ends = np.zeros(n_parts + 1, np.int64)
+            for p in range(n_parts):
+                a, b = n * p // n_parts, n * (p + 1) // n_parts
+                ends[p + 1] = _encode_simple(data[a:b], h0s[p], hps[p], tmp, ends[p])
+            q = pos + 2
+            for p in range(n_parts - 1):
+                q = tables._put_varint(out, q, ends[p + 1] - ends[p])
+            out[q:q + ends[n_parts]] = tmp[:ends[n_parts]]
+            return q + ends[n_parts]
+    return _encode_simple(data, h0, hp, out, pos)
+
+
+@njit(nogil=True, cache=True)
+def _encode_simple(data, h0, hp, out, pos):
+    """A record of ``data`` that is not split, from its histograms (:func:`_histograms`)."""
     n = data.shape[0]
     if n == 0:
         out[pos] = RAW
         return pos + 1
-    h0, hp = _histograms(data)
     if h0[0, data[0]] == n:
         out[pos] = CONST
         out[pos + 1] = data[0]
@@ -229,6 +283,38 @@ def encode_into(data, out, pos):
 def decode_from(buf, pos, end, out):
     """Decode the record ``buf[pos:end]`` into ``out`` (uint8, its known length); returns 0 or
     an error status (a key of :data:`ERRORS`). Every read stays inside ``buf[pos:end]``."""
+    n = out.shape[0]
+    if end <= pos:
+        return 1
+    if buf[pos] != SPLIT:
+        return _decode_simple(buf, pos, end, out)
+    if end - pos < 2 or buf[pos + 1] != SPLIT_PARTS or n < SPLIT_PARTS * MIN_PART_BYTES:
+        return 8
+    head = buf[:end]
+    ps = np.empty(SPLIT_PARTS + 1, np.int64)
+    p = pos + 2
+    for j in range(SPLIT_PARTS - 1):
+        ln, p = tables._get_varint(head, p)
+        if ln < 0:
+            return 8
+        ps[j + 1] = ln
+    ps[0] = p
+    for j in range(1, SPLIT_PARTS):
+        ps[j] += ps[j - 1]
+    ps[SPLIT_PARTS] = end
+    for j in range(SPLIT_PARTS):
+        a, b = ps[j], ps[j + 1]
+        if b <= a or b > end or buf[a] == SPLIT:
+            return 8
+        status = _decode_simple(buf, a, b, out[n * j // SPLIT_PARTS:n * (j + 1) // SPLIT_PARTS])
+        if status:
+            return status
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def _decode_simple(buf, pos, end, out):
+    """Decode a record that is not split; returns 0 or an error status."""
     n = out.shape[0]
     if end <= pos:
         return 1

@@ -2,11 +2,13 @@
 
 * ``RAW``: the bytes as they are (planes of near-random mantissa bits);
 * ``CONST``: one byte repeated (all-zero planes of XOR deltas);
-* ``ORDER0``: rANS with one static table and four interleaved states (byte ``k`` uses state
-  ``k mod 4``), so that decoding runs four independent dependency chains (exponent planes,
-  sparse deltas);
+* ``ORDER0``: rANS with one static table (exponent planes, sparse deltas);
 * ``PREV``: rANS with 16 tables chosen by the high nibble of the previous byte (planes whose
-  bytes are correlated with their neighbour's, e.g. the low mantissa bytes of smooth tensors).
+  bytes are correlated with their neighbour's: exponents of smooth tensors, low mantissa
+  bytes).
+
+Both use four interleaved states (byte ``k`` uses state ``k mod 4``), so that decoding runs
+four dependency chains side by side.
 
 The encoder histograms the bytes under both models, estimates each coded size (tables
 included) and keeps the smallest, unless it saves less than ``MIN_GAIN`` of the raw size, in
@@ -36,7 +38,7 @@ from . import rans, tables
 
 RAW, ORDER0, PREV, CONST, SPLIT = 0, 1, 2, 3, 4
 #: Coding must save at least this fraction of the raw size.
-MIN_GAIN = 0.002
+MIN_GAIN = 0.01
 #: Parts of a split string, and the fewest bytes per part.
 SPLIT_PARTS = 4
 MIN_PART_BYTES = 1 << 14
@@ -74,116 +76,107 @@ def _histograms(data):
 
 # The coding loops allocate nothing: compiled without reference counting (``_nrt=False``),
 # which numba would otherwise emit around the inlined rANS helpers in the loop.
-@njit(nogil=True, _nrt=False)
-def _encode(data, flat, n_s, shift, buf):
-    """rANS-code ``data`` backwards into the end of ``buf``; table ``data[k-1] >> shift``
-    (``shift = 8`` gives one table), ``flat`` the flattened :func:`~strata.entropy.rans.encoder_table`
-    of ``n_s`` symbols per table. Returns the start of the coded bytes in ``buf``."""
-    state = np.int64(rans.RANS_L)
-    pos = buf.shape[0]
-    for i in range(data.shape[0]):
-        k = np.uint64(data.shape[0] - 1 - i)
-        t = (np.int64(data[k - np.uint64(1)]) >> shift) if k > 0 else 0
-        state, pos = rans.encode_put_fast(state, buf, pos, flat, rans.encoder_offset(t, data[k], n_s))
-    return rans.encode_flush(state, buf, pos)
+def _interleaved_coders(order0):
+    """rANS coder and decoder with four interleaved states (state ``k & 3`` codes byte
+    ``k``) for one model, compiled with its context rule as a constant: one table
+    (``order0``), or the table of the previous byte's high nibble (0 for the first byte).
+    The four states are four dependency chains; with the previous-byte model the decoder's
+    chains meet only where a symbol picks the next symbol's table."""
 
+    @njit(inline="always")
+    def ctx(prev):
+        return 0 if order0 else np.int64(prev) >> _PREV_SHIFT
 
-@njit(nogil=True, _nrt=False)
-def _encode4(data, flat, n_s, buf):
-    """Order-0 rANS with four interleaved states (state ``k & 3`` codes byte ``k``), backwards
-    into the end of ``buf``; returns the start of the coded bytes."""
-    s0 = s1 = s2 = s3 = np.int64(rans.RANS_L)
-    pos = buf.shape[0]
-    n = data.shape[0]
-    k = n - 1
-    while k >= 0 and (k & 3) != 3:  # the last n % 4 bytes first, each with its own state
-        j = k & 3
-        off = rans.encoder_offset(0, data[np.uint64(k)], n_s)
-        if j == 0:
-            s0, pos = rans.encode_put_fast(s0, buf, pos, flat, off)
-        elif j == 1:
-            s1, pos = rans.encode_put_fast(s1, buf, pos, flat, off)
-        else:
-            s2, pos = rans.encode_put_fast(s2, buf, pos, flat, off)
-        k -= 1
-    while k >= 3:  # then whole groups of four, states 3, 2, 1, 0
-        u = np.uint64(k)
-        s3, pos = rans.encode_put_fast(s3, buf, pos, flat, rans.encoder_offset(0, data[u], n_s))
-        s2, pos = rans.encode_put_fast(s2, buf, pos, flat, rans.encoder_offset(0, data[u - np.uint64(1)], n_s))
-        s1, pos = rans.encode_put_fast(s1, buf, pos, flat, rans.encoder_offset(0, data[u - np.uint64(2)], n_s))
-        s0, pos = rans.encode_put_fast(s0, buf, pos, flat, rans.encoder_offset(0, data[u - np.uint64(3)], n_s))
-        k -= 4
-    pos = rans.encode_flush(s3, buf, pos)
-    pos = rans.encode_flush(s2, buf, pos)
-    pos = rans.encode_flush(s1, buf, pos)
-    return rans.encode_flush(s0, buf, pos)
+    @njit(inline="always")
+    def put(state, buf, pos, flat, data, k):
+        t = ctx(data[np.uint64(k - 1)]) if k > 0 else 0
+        return rans.encode_put_fast(state, buf, pos, flat, rans.encoder_offset(t, data[np.uint64(k)], 256))
 
+    @njit(nogil=True, _nrt=False)
+    def encode(data, flat, buf):
+        """Code ``data`` backwards into the end of ``buf``; returns the start of the coded
+        bytes (the four final states first, state 0 first)."""
+        s0 = s1 = s2 = s3 = np.int64(rans.RANS_L)
+        pos = buf.shape[0]
+        k = data.shape[0] - 1
+        while k >= 0 and (k & 3) != 3:  # the last n % 4 bytes first, each with its own state
+            j = k & 3
+            if j == 0:
+                s0, pos = put(s0, buf, pos, flat, data, k)
+            elif j == 1:
+                s1, pos = put(s1, buf, pos, flat, data, k)
+            else:
+                s2, pos = put(s2, buf, pos, flat, data, k)
+            k -= 1
+        while k >= 3:  # then whole groups of four, states 3, 2, 1, 0
+            s3, pos = put(s3, buf, pos, flat, data, k)
+            s2, pos = put(s2, buf, pos, flat, data, k - 1)
+            s1, pos = put(s1, buf, pos, flat, data, k - 2)
+            s0, pos = put(s0, buf, pos, flat, data, k - 3)
+            k -= 4
+        pos = rans.encode_flush(s3, buf, pos)
+        pos = rans.encode_flush(s2, buf, pos)
+        pos = rans.encode_flush(s1, buf, pos)
+        return rans.encode_flush(s0, buf, pos)
 
-@njit(nogil=True, _nrt=False)
-def _decode4(payload, pos, end, symbols, info, out):
-    """Inverse of :func:`_encode4`: four independent dependency chains; False if the stream
-    is inconsistent. The table must be complete (see :func:`decode_from`). While eight bytes
-    remain, renormalization has no data-dependent branch and reads unchecked
-    (:func:`strata.entropy.rans.decode_step_unchecked`); the end runs a checked loop."""
-    s0, pos = rans.decode_init(payload, pos, end)
-    s1, pos = rans.decode_init(payload, pos, end)
-    s2, pos = rans.decode_init(payload, pos, end)
-    s3, pos = rans.decode_init(payload, pos, end)
-    if min(s0, s1, s2, s3) < rans.RANS_L:
-        return False
-    n = np.uint64(out.shape[0])  # (uint64 against uint64: no float comparison)
-    k = np.uint64(0)
-    safe = end - 8  # four symbols read at most eight bytes
-    while k + np.uint64(3) < n and pos <= safe:  # (the table is complete: every slot valid)
-        y0, i0 = rans.decode_lookup(s0, symbols, info, 0)
-        y1, i1 = rans.decode_lookup(s1, symbols, info, 0)
-        y2, i2 = rans.decode_lookup(s2, symbols, info, 0)
-        y3, i3 = rans.decode_lookup(s3, symbols, info, 0)
-        s0, pos = rans.decode_step_unchecked(s0, i0, payload, pos)
-        s1, pos = rans.decode_step_unchecked(s1, i1, payload, pos)
-        s2, pos = rans.decode_step_unchecked(s2, i2, payload, pos)
-        s3, pos = rans.decode_step_unchecked(s3, i3, payload, pos)
-        out[k] = y0
-        out[k + np.uint64(1)] = y1
-        out[k + np.uint64(2)] = y2
-        out[k + np.uint64(3)] = y3
-        k += np.uint64(4)
-    while k < n:  # states 0..3 in turn, reads checked against the end
-        j = k & np.uint64(3)
-        st = s0 if j == 0 else (s1 if j == 1 else (s2 if j == 2 else s3))
-        y, i = rans.decode_lookup(st, symbols, info, 0)
-        if not rans.info_valid(i):
+    @njit(nogil=True, _nrt=False)
+    def decode(payload, pos, end, symbols, info, out):
+        """Inverse of ``encode``; False if the stream is inconsistent (an invalid slot, not
+        consumed exactly, a wrong final state). While eight bytes remain, renormalization
+        has no data-dependent branch and reads unchecked
+        (:func:`strata.entropy.rans.decode_step_unchecked`); the end runs a checked loop."""
+        s0, pos = rans.decode_init(payload, pos, end)
+        s1, pos = rans.decode_init(payload, pos, end)
+        s2, pos = rans.decode_init(payload, pos, end)
+        s3, pos = rans.decode_init(payload, pos, end)
+        if min(s0, s1, s2, s3) < rans.RANS_L:
             return False
-        st, pos = rans.decode_step(st, i, payload, pos, end)
-        if j == 0:
-            s0 = st
-        elif j == 1:
-            s1 = st
-        elif j == 2:
-            s2 = st
-        else:
-            s3 = st
-        out[k] = y
-        k += np.uint64(1)
-    return pos == end and s0 == rans.RANS_L and s1 == rans.RANS_L and s2 == rans.RANS_L and s3 == rans.RANS_L
+        n = np.uint64(out.shape[0])  # (uint64 against uint64: no float comparison)
+        k = np.uint64(0)
+        y3 = np.uint8(0)
+        valid = True
+        safe = end - 8  # four symbols read at most eight bytes
+        while k + np.uint64(3) < n and pos <= safe:
+            y0, i0 = rans.decode_lookup(s0, symbols, info, ctx(y3))
+            y1, i1 = rans.decode_lookup(s1, symbols, info, ctx(y0))
+            y2, i2 = rans.decode_lookup(s2, symbols, info, ctx(y1))
+            y3, i3 = rans.decode_lookup(s3, symbols, info, ctx(y2))
+            if not order0:  # (an order-0 table is complete: every slot valid)
+                valid &= rans.info_valid(i0) & rans.info_valid(i1) & rans.info_valid(i2) & rans.info_valid(i3)
+            s0, pos = rans.decode_step_unchecked(s0, i0, payload, pos)
+            s1, pos = rans.decode_step_unchecked(s1, i1, payload, pos)
+            s2, pos = rans.decode_step_unchecked(s2, i2, payload, pos)
+            s3, pos = rans.decode_step_unchecked(s3, i3, payload, pos)
+            out[k] = y0
+            out[k + np.uint64(1)] = y1
+            out[k + np.uint64(2)] = y2
+            out[k + np.uint64(3)] = y3
+            k += np.uint64(4)
+        while k < n:  # states 0..3 in turn, reads checked against the end
+            j = k & np.uint64(3)
+            st = s0 if j == 0 else (s1 if j == 1 else (s2 if j == 2 else s3))
+            y, i = rans.decode_lookup(st, symbols, info, ctx(out[k - np.uint64(1)]) if k > 0 else 0)
+            if not rans.info_valid(i):
+                return False
+            st, pos = rans.decode_step(st, i, payload, pos, end)
+            if j == 0:
+                s0 = st
+            elif j == 1:
+                s1 = st
+            elif j == 2:
+                s2 = st
+            else:
+                s3 = st
+            out[k] = y
+            k += np.uint64(1)
+        return (valid and pos == end and s0 == rans.RANS_L and s1 == rans.RANS_L and s2 == rans.RANS_L
+                and s3 == rans.RANS_L)
+
+    return encode, decode
 
 
-@njit(nogil=True, _nrt=False)
-def _decode(payload, pos, end, symbols, info, shift, out):
-    """Decode ``out.size`` bytes coded by :func:`_encode`; returns False if the stream is
-    inconsistent (invalid slot, not consumed exactly, wrong final state)."""
-    state, pos = rans.decode_init(payload, pos, end)
-    if state < rans.RANS_L:
-        return False
-    prev = np.uint64(0)
-    for k in range(out.shape[0]):
-        y, i = rans.decode_lookup(state, symbols, info, prev >> np.uint64(shift))
-        if not rans.info_valid(i):
-            return False
-        state, pos = rans.decode_step(state, i, payload, pos, end)
-        prev = np.uint64(y)
-        out[k] = y
-    return pos == end and state == rans.RANS_L
+_encode_order0, _decode_order0 = _interleaved_coders(True)
+_encode_prev, _decode_prev = _interleaved_coders(False)
 
 
 @njit(nogil=True, cache=True)
@@ -269,7 +262,7 @@ def _encode_simple(data, h0, hp, out, pos):
     buf = np.empty(2 * n + 32, np.uint8)
     enc = rans.encoder_table(freq)
     flat = enc.ravel()
-    start = _encode4(data, flat, 256, buf) if order0 else _encode(data, flat, 256, _PREV_SHIFT, buf)
+    start = _encode_order0(data, flat, buf) if order0 else _encode_prev(data, flat, buf)
     out[pos] = ORDER0 if order0 else PREV
     p = tables._put_varint(out, pos + 1, tlen)
     out[p:p + tlen] = tab[:tlen]
@@ -345,8 +338,8 @@ def _decode_simple(buf, pos, end, out):
     if model == ORDER0 and freq[0].sum() != tables.SCALE:  # an empty table: no slot is valid
         return 6
     symbols, info = tables.split_decode_tables(freq, np.arange(n_tables))
-    ok = (_decode4(buf, p + tlen, end, symbols, info, out) if model == ORDER0
-          else _decode(buf, p + tlen, end, symbols, info, _PREV_SHIFT, out))
+    ok = (_decode_order0(buf, p + tlen, end, symbols, info, out) if model == ORDER0
+          else _decode_prev(buf, p + tlen, end, symbols, info, out))
     return 0 if ok else 7
 
 

@@ -166,7 +166,7 @@ def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
     w.varint(CHUNK_BYTES).varint(n_chunks)
     for c in coded:
         w.varint(len(c)).u32(crc32(c))
-    return w.getvalue() + b"".join(coded)
+    return b"".join([w.getvalue(), *coded])
 
 
 #: Layouts tried by :func:`guess_dtype`.

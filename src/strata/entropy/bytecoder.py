@@ -39,6 +39,8 @@ from . import rans, tables
 RAW, ORDER0, PREV, CONST, SPLIT = 0, 1, 2, 3, 4
 #: Coding must save at least this fraction of the raw size.
 MIN_GAIN = 0.01
+#: Bytes sampled to store a long near-uniform string raw without a full histogram.
+SAMPLE_BYTES = 1 << 16
 #: Parts of a split string, and the fewest bytes per part.
 SPLIT_PARTS = 4
 MIN_PART_BYTES = 1 << 14
@@ -90,12 +92,13 @@ def _interleaved_coders(order0):
     @njit(inline="always")
     def put(state, buf, pos, flat, data, k):
         t = ctx(data[np.uint64(k - 1)]) if k > 0 else 0
-        return rans.encode_put_fast(state, buf, pos, flat, rans.encoder_offset(t, data[np.uint64(k)], 256))
+        return rans.encode_put_select(state, buf, pos, flat, rans.encoder_offset(t, data[np.uint64(k)], 256))
 
     @njit(nogil=True, _nrt=False)
     def encode(data, flat, buf):
-        """Code ``data`` backwards into the end of ``buf``; returns the start of the coded
-        bytes (the four final states first, state 0 first)."""
+        """Code ``data`` backwards into the end of ``buf`` (``2 n + 32`` bytes: room for a
+        word per symbol, the states, and the select's spare word); returns the start of the
+        coded bytes (the four final states first, state 0 first)."""
         s0 = s1 = s2 = s3 = np.int64(rans.RANS_L)
         pos = buf.shape[0]
         k = data.shape[0] - 1
@@ -191,6 +194,24 @@ def estimate_bits(data: np.ndarray) -> float:
     return 8.0 if data.size == 0 else float(_estimate(data))
 
 
+@njit(nogil=True, cache=True)
+def _sample_is_noise(data):
+    """True if four pieces of ``SAMPLE_BYTES / 4`` bytes spread over ``data`` would code no
+    better than ``1 - MIN_GAIN / 4`` of their raw size (tables included): the string is
+    then stored raw without histogramming all of it. A sample's empirical entropy is lower
+    than the whole's, and its tables weigh more, so a near-uniform sample means a
+    near-uniform string (the low mantissa bytes of most tensors)."""
+    n = data.shape[0]
+    m = SAMPLE_BYTES // 4
+    h0 = np.zeros((1, 256), np.int64)
+    hp = np.zeros((_N_PREV, 256), np.int64)
+    for j in range(4):
+        a, b = _histograms(data[n * j // 4:n * j // 4 + m])
+        h0 += a
+        hp += b
+    return min(tables.cost_bits(h0), tables.cost_bits(hp)) > (1 - MIN_GAIN / 4) * 8.0 * 4 * m
+
+
 @njit(inline="always")
 def _recontext(hp, data, k):
     """Move byte ``k``'s count in ``hp`` from context 0 to its previous byte's context."""
@@ -207,39 +228,49 @@ def encode_into(data, out, pos):
     A string of at least ``SPLIT_PARTS * MIN_PART_BYTES`` bytes is stored as ``SPLIT_PARTS``
     records of its equal parts when their estimated sizes add up to less than the whole's."""
     n = data.shape[0]
+    if n >= 4 * SAMPLE_BYTES and _sample_is_noise(data):
+        out[pos] = RAW
+        out[pos + 1:pos + 1 + n] = data
+        return pos + 1 + n
     n_parts = SPLIT_PARTS if n >= SPLIT_PARTS * MIN_PART_BYTES else 1
     h0s = np.zeros((n_parts, 1, 256), np.int64)
     hps = np.zeros((n_parts, _N_PREV, 256), np.int64)
-    split_bits = 8.0 * (2 + 3 * n_parts)
     for p in range(n_parts):
-        seg = data[n * p // n_parts:n * (p + 1) // n_parts]
-        h0s[p], hps[p] = _histograms(seg)
-        split_bits += min(8.0 * seg.shape[0], tables.cost_bits(h0s[p]), tables.cost_bits(hps[p])) + 8
+        h0s[p], hps[p] = _histograms(data[n * p // n_parts:n * (p + 1) // n_parts])
     h0 = h0s.sum(axis=0)
     hp = hps.sum(axis=0)
     for p in range(1, n_parts):  # in the whole string, a part's first byte has a context
         _recontext(hp, data, n * p // n_parts)
-    if n_parts > 1 and h0[0, data[0]] != n:
-        whole_bits = min(8.0 * n, tables.cost_bits(h0), tables.cost_bits(hp)) + 8
-        if split_bits < whole_bits:
+    if n == 0 or h0[0, data[0]] == n:
+        return _encode_simple(data, h0, hp, 0.0, 0.0, out, pos)
+    c0, cp = tables.cost_bits(h0), tables.cost_bits(hp)
+    # splitting cannot pay much where the whole is near-random (mixing only adds entropy)
+    if n_parts > 1 and min(c0, cp) <= (1 - MIN_GAIN) * 8.0 * n:
+        costs = np.empty((n_parts, 2))
+        split_bits = 8.0 * (2 + 3 * n_parts)
+        for p in range(n_parts):
+            costs[p, 0], costs[p, 1] = tables.cost_bits(h0s[p]), tables.cost_bits(hps[p])
+            split_bits += min(8.0 * (n * (p + 1) // n_parts - n * p // n_parts), costs[p, 0], costs[p, 1]) + 8
+        if split_bits < min(c0, cp) + 8:
             out[pos] = SPLIT
             out[pos + 1] = n_parts
             tmp = np.empty(out.shape[0] - pos, np.uint8)
             ends = np.zeros(n_parts + 1, np.int64)
             for p in range(n_parts):
                 a, b = n * p // n_parts, n * (p + 1) // n_parts
-                ends[p + 1] = _encode_simple(data[a:b], h0s[p], hps[p], tmp, ends[p])
+                ends[p + 1] = _encode_simple(data[a:b], h0s[p], hps[p], costs[p, 0], costs[p, 1], tmp, ends[p])
             q = pos + 2
             for p in range(n_parts - 1):
                 q = tables._put_varint(out, q, ends[p + 1] - ends[p])
             out[q:q + ends[n_parts]] = tmp[:ends[n_parts]]
             return q + ends[n_parts]
-    return _encode_simple(data, h0, hp, out, pos)
+    return _encode_simple(data, h0, hp, c0, cp, out, pos)
 
 
 @njit(nogil=True, cache=True)
-def _encode_simple(data, h0, hp, out, pos):
-    """A record of ``data`` that is not split, from its histograms (:func:`_histograms`)."""
+def _encode_simple(data, h0, hp, c0, cp, out, pos):
+    """A record of ``data`` that is not split, from its histograms (:func:`_histograms`)
+    and their estimated sizes ``c0``, ``cp`` (:func:`strata.entropy.tables.cost_bits`)."""
     n = data.shape[0]
     if n == 0:
         out[pos] = RAW
@@ -248,8 +279,6 @@ def _encode_simple(data, h0, hp, out, pos):
         out[pos] = CONST
         out[pos + 1] = data[0]
         return pos + 2
-    c0 = tables.cost_bits(h0)
-    cp = tables.cost_bits(hp)
     if min(c0, cp) > (1 - MIN_GAIN) * 8.0 * n:
         out[pos] = RAW
         out[pos + 1:pos + 1 + n] = data

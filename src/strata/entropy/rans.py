@@ -72,6 +72,21 @@ def encode_put_fast(state, buf, pos, enc, j):
 
 
 @njit(inline="always")
+def encode_put_select(state, buf, pos, enc, j):
+    """:func:`encode_put_fast` with renormalization as a select, no data-dependent branch
+    (faster where words come out every few symbols and unpredictably, e.g. exponent bytes):
+    the word is always stored at ``buf[pos-2:pos]`` and kept only if it is needed, so the
+    caller's buffer must hold two bytes below any ``pos`` it passes."""
+    need = np.int64(state >= enc[j])
+    p = np.uint64(pos - 2)
+    buf[p] = state & 0xFF
+    buf[p + np.uint64(1)] = (state >> 8) & 0xFF
+    state >>= 16 * need
+    q = ((state * enc[j + np.uint64(1)]) >> 32) >> enc[j + np.uint64(2)]
+    return state + enc[j + np.uint64(3)] + q * enc[j + np.uint64(4)], pos - 2 * need
+
+
+@njit(inline="always")
 def encoder_offset(table, sym, n_symbols):
     """Offset of the constants of ``sym`` in table ``table`` of a flattened
     :func:`encoder_table` with ``n_symbols`` symbols per table."""

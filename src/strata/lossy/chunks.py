@@ -20,6 +20,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .._numba import serial_variant
 from ..entropy import rans, tables
 from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, SYMBOL_BASE, SYMBOL_EXTRA_BITS, to_symbol, unzigzag, zigzag
 from .quantize import RADIUS, UNPREDICTABLE
@@ -489,6 +490,22 @@ def workers(n_chunks: int) -> int:
     """Parallel workers for ``n_chunks`` chunks (the ``n_workers`` argument of the kernels):
     one per thread numba may use, each taking every ``n_workers``-th chunk."""
     return max(1, min(n_chunks, numba.config.NUMBA_NUM_THREADS))
+
+_SERIAL = {}
+#: Levels of fewer points run on one thread when encoding, as does decoding a single chunk:
+#: waking the workers costs more than they save.
+SERIAL_POINTS = 1 << 15
+
+
+def runner(kernel, small: bool):
+    """``kernel`` (:func:`analyze`, :func:`encode`, :func:`assemble` or :func:`decode`), or
+    its serial variant when the work is ``small``."""
+    if not small:
+        return kernel
+    if kernel not in _SERIAL:
+        _SERIAL[kernel] = serial_variant(kernel)
+    return _SERIAL[kernel]
+
 
 #: Share of zero codes (symbol 0) in a level above which the decoder settles them with a
 #: predicted branch instead of a table load (:func:`_symbol`).

@@ -191,8 +191,10 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     raw = np.empty(int(raw_offsets[-1]), np.uint8)
     n_raw = np.zeros(n_chunks, np.int64)
     n_unpred = np.zeros(n_chunks, np.int64)
-    chunks.analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
-                   n_unpred, n_workers)
+    small = n < chunks.SERIAL_POINTS
+    analyze, encode, assemble = (chunks.runner(k, small) for k in (chunks.analyze, chunks.encode, chunks.assemble))
+    analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
+            n_unpred, n_workers)
     group, table_bytes, enc = chunks.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
@@ -201,13 +203,13 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     np.cumsum(unpred_bytes + 2 * sizes + 8, out=buf_offsets[1:])
     buf = np.empty(int(buf_offsets[-1]), np.uint8)
     n_rans = np.zeros(n_chunks, np.int64)
-    chunks.encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs,
-                  cmap, enc, n_unpred, buf, buf_offsets, n_rans, n_workers)
+    encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs,
+           cmap, enc, n_unpred, buf, buf_offsets, n_rans, n_workers)
     lens = n_rans + n_raw + unpred_bytes + _varint_len(n_rans) + _varint_len(n_raw)
     out_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(lens, out=out_offsets[1:])
     payload = np.empty(int(out_offsets[-1]), np.uint8)
-    chunks.assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, unpred_bytes, payload, out_offsets)
+    assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, unpred_bytes, payload, out_offsets)
     w = Writer().u8(group).u8(tile.bit_length() - 1).blob(table_bytes).varint(n_chunks)
     for ln in lens:
         w.varint(int(ln))

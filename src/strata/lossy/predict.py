@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._numba import serial_variant
 from .quantize import dequantize_into, quantize_into
 
 #: Points per parallel work item along the fastest axis.
@@ -319,19 +320,24 @@ def pass_table(plan, bounds, cubic, part=None, key=None):
         bounds: error bound of each step (indexable by step index).
         cubic: interpolation of each step (callable ``cubic(step) -> bool``).
         part: the partition; with ``key``, the geometry rows are memoized in ``part.cache``.
+
+    Returns:
+        ``(rows, bounds, cubic, points)``, ``points`` about the number of points the passes
+        visit (it picks the serial or the parallel runner).
     """
     steps = sorted(plan)
     if part is not None and key is not None and key in part.cache:
-        rows = part.cache[key]
+        rows, points = part.cache[key]
     else:
         shape = part.shape if part is not None else None
         rows = _rows(plan, steps, shape)
+        points = int((np.maximum(rows[:, 11:14] - rows[:, 8:11], 0) // rows[:, 5:8] + 1).prod(axis=1).sum())
         if part is not None and key is not None:
-            part.cache[key] = rows
+            part.cache[key] = rows, points
     counts = [len(plan[i]) for i in steps]
     eb = np.repeat(np.array([bounds[i] for i in steps], dtype=np.float64), counts)
     cub = np.repeat(np.array([bool(cubic(i)) for i in steps], dtype=np.bool_), counts)
-    return rows, eb, cub
+    return rows, eb, cub, points
 
 
 def _rows(plan, steps, shape):
@@ -357,19 +363,28 @@ def encode_passes(x, codes, orig, shape, table):
         codes: flat int32 array receiving the quantization codes.
         orig: flat original values (same dtype as ``x``).
         shape: internal 3D shape, int64 array.
-        table: ``(rows, bounds, cubic)`` from :func:`pass_table`.
+        table: from :func:`pass_table`.
     """
-    _sweep(0, x, codes, orig, shape, *table)
+    _runner(table)(0, x, codes, orig, shape, *table[:3])
 
 
 def decode_passes(x, codes, shape, table):
     """Reconstruct the points of the passes from their codes (see :func:`encode_passes`)."""
-    _sweep(1, x, codes, x, shape, *table)
+    _runner(table)(1, x, codes, x, shape, *table[:3])
 
 
 def preview_passes(x, shape, table):
     """Fill the points of the passes with their prediction (no residual)."""
-    _sweep(2, x, _NO_CODES, x, shape, *table)
+    _runner(table)(2, x, _NO_CODES, x, shape, *table[:3])
+
+
+_sweep_serial = serial_variant(_sweep)
+#: Passes visiting fewer points run on one thread.
+SERIAL_POINTS = 1 << 15
+
+
+def _runner(table):
+    return _sweep_serial if table[3] < SERIAL_POINTS else _sweep
 
 
 @njit(nogil=True, cache=True)

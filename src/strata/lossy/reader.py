@@ -334,8 +334,10 @@ class LossyReader:
         starts, ends = np.array(starts, np.int64), np.array(ends, np.int64)
         shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv, t.tile)
         errors = np.zeros(len(ids), np.int64)
-        chunks.decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape, stride, refined,
-                      base_flag, boxes, *t.dtab, errors, chunks.workers(len(ids)))
+        small = len(ids) == 1
+        chunks.runner(chunks.decode, small)(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape,
+                                            stride, refined, base_flag, boxes, *t.dtab, errors,
+                                            chunks.workers(len(ids)))
         if errors.any():
             j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -31,19 +29,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.common import machine, timed  # noqa: E402
 
 from strata.comm import dequantize, hadamard32, inverse_hadamard32, pack_int4, quantize, unpack_int4  # noqa: E402
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+from strata.container import atomic_write  # noqa: E402
 
 
 def operations(x: torch.Tensor, gen: torch.Generator) -> dict:
@@ -99,8 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"{args.numel} fp32 values per call (GB/s of fp32 data, median of {args.repeats}).", "",
           "| operation | GB/s | ms |", "|---|---|---|"]
     md += [f"| {k} | {v['gb_per_s']:.2f} | {v['seconds'] * 1e3:.1f} |" for k, v in rows.items()]
-    _atomic_write(args.out / "comm_quant_throughput.json", json.dumps(report, indent=1) + "\n")
-    _atomic_write(args.out / "comm_quant_throughput.md", "\n".join(md) + "\n")
+    atomic_write(args.out / "comm_quant_throughput.json", json.dumps(report, indent=1) + "\n")
+    atomic_write(args.out / "comm_quant_throughput.md", "\n".join(md) + "\n")
     return report
 
 

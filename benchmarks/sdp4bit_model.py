@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,22 +27,12 @@ if str(ROOT) not in sys.path:
 
 from strata.comm import CommConfig  # noqa: E402
 from strata.comm.model import paper_setting, speedup, step_time  # noqa: E402
+from strata.container import atomic_write  # noqa: E402
 
 ARMS = ["baseline", "qwz_qgz", "qwd", "tlq", "tlq_hs", "sdp4bit", "direct4"]
 PAPER_SPEEDUP = 4.08
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def bandwidth_for(target: float, cluster: str, **overrides) -> float | None:
@@ -123,8 +111,8 @@ def main(argv: list[str] | None = None) -> dict:
         md += ["", f"With this CPU's measured quantization throughput (harmonic mean {cpu} GB/s, one thread) in place "
                f"of fused GPU kernels, SDP4Bit's (de)quantization alone would take {t.quant:.1f} s per step in the "
                f"H800 setting, a speedup of {report['h800_with_this_cpu_quant_gbps']['sdp4bit_speedup']}x."]
-    _atomic_write(args.out / "sdp4bit_model.json", json.dumps(report, indent=1) + "\n")
-    _atomic_write(args.out / "sdp4bit_model.md", "\n".join(md) + "\n")
+    atomic_write(args.out / "sdp4bit_model.json", json.dumps(report, indent=1) + "\n")
+    atomic_write(args.out / "sdp4bit_model.md", "\n".join(md) + "\n")
     print("\n".join(md))
     return report
 

@@ -47,6 +47,7 @@ from benchmarks.train_tiny_gpt import DEFAULT_DATA, GPT, GPTConfig, configure_op
 
 from strata.comm import ARMS, CommConfig, CommStats, ShardedOptimizer, build_topology  # noqa: E402
 from strata.comm.model import wire_bits  # noqa: E402
+from strata.container import atomic_write  # noqa: E402
 
 ARM_ORDER = ["baseline", "qwz_qgz", "qwd", "tlq", "tlq_hs", "sdp4bit", "direct4"]
 assert set(ARM_ORDER) == set(ARMS)
@@ -84,17 +85,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _distributed_loss(model, ids, args, iters: int, seed: int, rank: int, world: int) -> float:
@@ -214,7 +204,7 @@ def _train(rank: int, world: int, args: argparse.Namespace, arm: str, result_pat
         "history": history,
         "batch_loss": [round(v, 5) for v in batch_losses],
     }
-    _atomic_write(result_path, (json.dumps(result) + "\n").encode())
+    atomic_write(result_path, (json.dumps(result) + "\n").encode())
     print(f"[{arm}] final train {final['train_loss']:.4f}  val {final['val_loss']:.4f}  wall {train_time:.1f}s  "
           f"bits/param {result['bits_per_param']}", flush=True)
 
@@ -278,7 +268,7 @@ def plot(results: dict, steps: int, path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    _atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
 def table(report: dict) -> str:
@@ -301,7 +291,7 @@ def main(argv: list[str] | None = None) -> dict:
         report = json.loads((args.out / "sdp4bit_training.json").read_text())
         results = {a: {"history": report["history"][a], "batch_loss": report["batch_loss"][a]} for a in report["arms"]}
         plot(results, report["steps"], args.out / "sdp4bit_training.png")
-        _atomic_write(args.out / "sdp4bit_training.md", table(report).encode())
+        atomic_write(args.out / "sdp4bit_training.md", table(report).encode())
         return report
     if args.batch_size % args.world or args.world % args.ranks_per_node:
         raise SystemExit("--batch-size must be a multiple of --world, and --world of --ranks-per-node")
@@ -330,9 +320,9 @@ def main(argv: list[str] | None = None) -> dict:
         base = results["baseline"]["final_val_loss"]
         report["val_loss_vs_baseline"] = {arm: r["final_val_loss"] / base - 1 for arm, r in results.items()}
     out: Path = args.out
-    _atomic_write(out / "sdp4bit_training.json", (json.dumps(report, indent=1) + "\n").encode())
+    atomic_write(out / "sdp4bit_training.json", (json.dumps(report, indent=1) + "\n").encode())
     md = table(report)
-    _atomic_write(out / "sdp4bit_training.md", md.encode())
+    atomic_write(out / "sdp4bit_training.md", md.encode())
     plot(results, args.steps, out / "sdp4bit_training.png")
     print(md)
     return report

@@ -49,6 +49,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from strata.container import atomic_write
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "text" / "tinyshakespeare.txt"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "tiny_gpt_snapshots"
@@ -257,15 +259,6 @@ def _atomic_save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metad
         tmp.unlink(missing_ok=True)
 
 
-def _atomic_write_text(text: str, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def save_snapshot(
     model: nn.Module, optimizer: torch.optim.Optimizer, step: int, out_dir: Path, metadata: dict | None = None
 ) -> list[str]:
@@ -393,7 +386,7 @@ def main(argv: list[str] | None = None) -> dict:
         "torch": torch.__version__,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, threads={args.threads}",
     }
-    _atomic_write_text(json.dumps(log, indent=2) + "\n", out_dir / "train_log.json")
+    atomic_write(out_dir / "train_log.json", json.dumps(log, indent=2) + "\n")
     print(f"wall time {wall:.1f}s ({train_time:.1f}s in training steps); {len(snapshots)} files in {out_dir}")
     return log
 

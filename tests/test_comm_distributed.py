@@ -240,6 +240,11 @@ def batch(step: int, size: int = 16):
 def worker_sharded_training(rank: int, world: int) -> None:
     topo = build_topology(2)
     per_rank = 16 // world
+
+    def local_loss(net, x, y):  # this rank's share of the global batch
+        share = slice(rank * per_rank, (rank + 1) * per_rank)
+        return torch.nn.functional.cross_entropy(net(x[share]), y[share])
+
     # (1) the exact arm (fp32 weights and gradients) equals single-process training on the global batch
     net, opt = make_net_and_optimizer()
     ref_net, ref_opt = make_net_and_optimizer()
@@ -247,8 +252,7 @@ def worker_sharded_training(rank: int, world: int) -> None:
                            max_grad_norm=0.5)
     for step in range(4):
         x, y = batch(step)
-        loss = torch.nn.functional.cross_entropy(net(x[rank * per_rank:(rank + 1) * per_rank]),
-                                                 y[rank * per_rank:(rank + 1) * per_rank])
+        loss = local_loss(net, x, y)
         sdp.zero_grad()
         loss.backward()
         norm = sdp.step()
@@ -269,8 +273,7 @@ def worker_sharded_training(rank: int, world: int) -> None:
         losses = []
         for step in range(5):
             x, y = batch(step)
-            loss = torch.nn.functional.cross_entropy(net(x[rank * per_rank:(rank + 1) * per_rank]),
-                                                     y[rank * per_rank:(rank + 1) * per_rank])
+            loss = local_loss(net, x, y)
             sdp.zero_grad()
             loss.backward()
             sdp.step()

@@ -6,7 +6,7 @@ import types
 from numba import njit
 
 
-def serial_variant(kernel, **options):
+def serial_variant(kernel):
     """The same Python function as the ``parallel=True`` dispatcher ``kernel``, compiled
     without parallelism (``prange`` runs as ``range``), for work too small to pay for waking
     the worker threads: on a busy machine a parallel region can wait a scheduler time slice
@@ -17,4 +17,4 @@ def serial_variant(kernel, **options):
     g.__qualname__ = f.__qualname__ + "_serial"
     g.__doc__ = f.__doc__
     g.__module__ = f.__module__
-    return njit(nogil=True, cache=True, **options)(g)
+    return njit(nogil=True, cache=True)(g)

@@ -229,12 +229,25 @@ class Reader:
             raise CorruptStreamError(f"{len(self.buf) - self.pos} unexpected trailing bytes in {self.what}")
 
 
+def _file_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+#: Permissions of written files: those ``open`` would give (``mkstemp`` alone gives 0600).
+_FILE_MODE = _file_mode()
+
+
 def atomic_write(path, data) -> None:
-    """Write ``data`` (bytes-like) to ``path`` through a temporary file and a rename, so
-    ``path`` holds either its previous contents or all of ``data``, never a part."""
+    """Write ``data`` (bytes-like, or str as UTF-8) to ``path`` through a temporary file and a
+    rename, so ``path`` holds either its previous contents or all of ``data``, never a part."""
     path = Path(path)
+    if isinstance(data, str):
+        data = data.encode()
     fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

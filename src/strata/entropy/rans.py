@@ -67,8 +67,16 @@ def encode_put_fast(state, buf, pos, enc, j):
     per-symbol constants ``enc[j:j + 5]`` (``x_max, rcp, shift, bias, cmpl``) of
     :func:`encoder_table` (flattened; ``j`` a ``uint64`` offset)."""
     state, pos = _emit(state, buf, pos, enc[j])
+    return _push(state, enc, j), pos
+
+
+@njit(inline="always")
+def _push(state, enc, j):
+    """The state after pushing the symbol whose constants are ``enc[j:j + 5]`` (renormalized
+    ``state``): ``(state // f) << SCALE_BITS | state % f`` plus its cumulative frequency,
+    with the division done by the reciprocal."""
     q = ((state * enc[j + np.uint64(1)]) >> 32) >> enc[j + np.uint64(2)]
-    return state + enc[j + np.uint64(3)] + q * enc[j + np.uint64(4)], pos
+    return state + enc[j + np.uint64(3)] + q * enc[j + np.uint64(4)]
 
 
 @njit(inline="always")
@@ -81,9 +89,7 @@ def encode_put_select(state, buf, pos, enc, j):
     p = np.uint64(pos - 2)
     buf[p] = state & 0xFF
     buf[p + np.uint64(1)] = (state >> 8) & 0xFF
-    state >>= 16 * need
-    q = ((state * enc[j + np.uint64(1)]) >> 32) >> enc[j + np.uint64(2)]
-    return state + enc[j + np.uint64(3)] + q * enc[j + np.uint64(4)], pos - 2 * need
+    return _push(state >> (16 * need), enc, j), pos - 2 * need
 
 
 @njit(inline="always")

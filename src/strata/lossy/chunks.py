@@ -491,20 +491,16 @@ def workers(n_chunks: int) -> int:
     one per thread numba may use, each taking every ``n_workers``-th chunk."""
     return max(1, min(n_chunks, numba.config.NUMBA_NUM_THREADS))
 
-_SERIAL = {}
 #: Levels of fewer points run on one thread when encoding, as does decoding a single chunk:
 #: waking the workers costs more than they save.
 SERIAL_POINTS = 1 << 15
+_SERIAL = {k: serial_variant(k) for k in (analyze, encode, assemble, decode)}
 
 
 def runner(kernel, small: bool):
     """``kernel`` (:func:`analyze`, :func:`encode`, :func:`assemble` or :func:`decode`), or
     its serial variant when the work is ``small``."""
-    if not small:
-        return kernel
-    if kernel not in _SERIAL:
-        _SERIAL[kernel] = serial_variant(kernel)
-    return _SERIAL[kernel]
+    return _SERIAL[kernel] if small else kernel
 
 
 #: Share of zero codes (symbol 0) in a level above which the decoder settles them with a

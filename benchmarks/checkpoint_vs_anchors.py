@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import strata  # noqa: E402,F401
 from common import ROOT, SHARED, geomean, machine  # noqa: E402
 from strata.checkpoint import codec  # noqa: E402
+from strata.container import atomic_write  # noqa: E402
 
 METHODS = ["zipnn", "zstd-3", "zstd-19", "bz2-9", "lzma-6", "bg-zstd3"]
 SNAPSHOTS = ROOT / "benchmarks" / "results" / "tiny_gpt_snapshots"
@@ -171,9 +172,9 @@ def main(argv=None) -> int:
     mem = {m: peak(model, m) for m in ("strata", "zipnn", "zstd-3")}
     text = report(rows, dl, asy, mem, files)
     print("\n" + text)
-    args.out.with_suffix(".md").write_text(text)
+    atomic_write(args.out.with_suffix(".md"), text)
     report_data = dict(machine=machine(), rows=rows, deltas=dl, async_save=asy, peak_MB=mem)
-    args.out.with_suffix(".json").write_text(json.dumps(report_data, indent=1, default=float))
+    atomic_write(args.out.with_suffix(".json"), json.dumps(report_data, indent=1, default=float))
     bad = [r for r in rows if r.get("status") != "ok"]
     return 1 if bad else 0
 

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import strata  # noqa: E402
 from common import ROOT, SHARED, fresh_peak, geomean, machine, timed  # noqa: E402
 from strata import metrics  # noqa: E402
+from strata.container import atomic_write  # noqa: E402
 from strata.inputs import read_array  # noqa: E402
 
 
@@ -235,10 +236,10 @@ def main(argv=None):
         text += f"\n## Progressive and region decoding\n{fmt_streaming(st)}\n"
     print("\n" + text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text(text)
+    atomic_write(args.out.with_suffix(".md"), text)
     report = dict(machine=machine(), rows=rows, summary={str(k): v for k, v in summ_data.items()},
                   streaming=st, peak_memory_MB=mem)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=1, default=float))
+    atomic_write(args.out.with_suffix(".json"), json.dumps(report, indent=1, default=float))
     bad = [r for r in rows if r["codec"] == "strata" and not r["bound_ok"]]
     bad += [lv for s in st for lv in s["levels"] if not lv["bound_ok"]]
     if bad:

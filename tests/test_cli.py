@@ -45,8 +45,8 @@ def test_npy_f64_and_extract(tmp_path):
     assert run("extract", tmp_path / "x.st", "-o", tmp_path / "r.npy", "--region", "10:20,5:").exit_code == 0
     assert np.array_equal(np.load(tmp_path / "r.npy"), full[10:20, 5:])
     assert run("extract", tmp_path / "x.st", "-o", tmp_path / "g.npy", "--level", "1", "--grid").exit_code == 0
-    r = strata.open(tmp_path / "x.st")
-    assert np.load(tmp_path / "g.npy").shape == r.levels[1].shape
+    with strata.open(tmp_path / "x.st") as r:
+        assert np.load(tmp_path / "g.npy").shape == r.levels[1].shape
     assert run("decompress", tmp_path / "x.st", "--level", "0", "-o", tmp_path / "p.npy").exit_code == 0
     assert np.load(tmp_path / "p.npy").shape == a.shape
 
@@ -112,3 +112,96 @@ def test_progress_bar_on_large_inputs(tmp_path, monkeypatch, capsys):
     calls.clear()
     assert run("decompress", str(src) + ".strata", "-o", tmp_path / "o.npy").exit_code == 0
     assert calls and calls[-1][0] == calls[-1][1]
+
+
+# ------------------------------------------------------------------ NetCDF with the CF conventions
+def cf():
+    """The NetCDF helpers of tests.test_cf (skips without netCDF4 or xarray)."""
+    pytest.importorskip("netCDF4")
+    pytest.importorskip("xarray")
+    from tests import test_cf
+
+    return test_cf
+
+
+def test_cli_round_trip_and_info(tmp_path):
+    t = cf()
+    src = tmp_path / "sst.nc"
+    sst, missing = t.make_sst(src, "fill")
+    res = run("compress", src, "--var", "tos", "--rel", "1e-3", "-o", tmp_path / "t.strata")
+    assert res.exit_code == 0, res.output
+    assert f"{int(missing.sum())} missing" in res.output
+    eb = t.valid_eb(sst, missing, 1e-3)
+    res = run("info", tmp_path / "t.strata")
+    assert res.exit_code == 0, res.output
+    assert f"missing values {int(missing.sum())} ({100 * missing.mean():.2f} %)" in res.output
+    assert "fill value 1e+20" in res.output and "mask " in res.output
+    assert f"valid range [{sst[~missing].min():.6g}, {sst[~missing].max():.6g}]" in res.output
+    assert f"0.001 of the valid range -> {eb:.6g}" in res.output
+    assert "variable tos(time, lat, lon) stored as float32" in res.output
+    res = run("decompress", tmp_path / "t.strata", "-o", tmp_path / "t.nc")
+    assert res.exit_code == 0, res.output
+    t.assert_like_source(src, tmp_path / "t.nc", "tos", eb)
+    # .npy keeps the original bits of the missing points
+    assert run("decompress", tmp_path / "t.strata", "-o", tmp_path / "t.npy").exit_code == 0
+    back = np.load(tmp_path / "t.npy")
+    assert back.dtype == np.float32 and np.all(back[missing] == np.float32(1e20))
+    assert np.abs(back[~missing] - sst[~missing]).max() <= eb
+
+
+def test_cli_no_cf_reads_stored_values(tmp_path):
+    t = cf()
+    src = tmp_path / "sst.nc"
+    sst, missing = t.make_sst(src, "fill")
+    v = t.read_variable(src, "tos", cf=False)
+    assert v.mask is None and v.fill_value is None and np.array_equal(v.data, sst.astype(np.float32))
+    res = run("compress", src, "--var", "tos", "--rel", "1e-3", "--no-cf", "-o", tmp_path / "raw.strata")
+    assert res.exit_code == 0, res.output
+    with strata.open(tmp_path / "raw.strata") as r:
+        assert r.missing_count == 0 and r.header.eb > 1e16  # the fill is data here
+    assert "missing values" not in run("info", tmp_path / "raw.strata").output
+    # the file written back is still the source's: the fill value is kept, xarray masks it
+    assert run("decompress", tmp_path / "raw.strata", "-o", tmp_path / "raw.nc").exit_code == 0
+    t.assert_like_source(src, tmp_path / "raw.nc", "tos", 1e-3 * float(sst.max() - sst.min()))
+    packed = tmp_path / "packed.nc"
+    t.make_sst(packed, "packed")
+    with pytest.raises(t.UnsupportedDtypeError, match="packed data"):
+        t.read_variable(packed, "tos", cf=False)
+
+
+def test_region_preview_and_grid_outputs_slice_coordinates(tmp_path):
+    t = cf()
+    src = tmp_path / "sst.nc"
+    t.make_sst(src, "fill", nt=3)
+    stream = tmp_path / "t.strata"
+    stream.write_bytes(t.read_variable(src, "tos").compress(abs_error=0.01))
+    res = run("decompress", stream, "--region", "1,10:50,::3", "-o", tmp_path / "r.nc")
+    assert res.exit_code == 0, res.output
+    with t.xr.open_dataset(src) as a, t.xr.open_dataset(tmp_path / "r.nc") as b:
+        sel = a["tos"].isel(time=slice(1, 2), lat=slice(10, 50), lon=slice(None, None, 3))
+        assert b["tos"].dims == sel.dims and b["tos"].shape == (1, 40, 120)
+        for c in sel.coords:
+            assert t._same(sel[c].values, b[c].values)
+        assert np.array_equal(np.isnan(sel.values), np.isnan(b["tos"].values))
+    with strata.open(stream) as r:
+        lv = r.levels[1]
+    assert run("extract", stream, "--level", "1", "--grid", "-o", tmp_path / "g.nc").exit_code == 0
+    with t.xr.open_dataset(src) as a, t.xr.open_dataset(tmp_path / "g.nc") as b:
+        assert b["tos"].shape == lv.shape
+        assert t._same(a["lat"].values[::lv.stride[1]], b["lat"].values)
+    assert run("decompress", stream, "--level", "0", "-o", tmp_path / "p.nc").exit_code == 0
+    with t.xr.open_dataset(tmp_path / "p.nc") as b:
+        assert b["tos"].shape == (3, 180, 360)
+
+
+def test_cli_errors_are_clean(tmp_path):
+    t = cf()
+    src = tmp_path / "sst.nc"
+    t.make_sst(src, "fill", nt=1)
+    with t.netCDF4.Dataset(src, "a") as ds:
+        ds.createVariable("flags", "i1", ("lat", "lon"))[:] = 1
+    for args, message in ((("--var", "nope"), "no variable 'nope'"),
+                          (("--var", "flags"), "UnsupportedDtypeError"),
+                          ((), "--var")):
+        res = run("compress", src, "--rel", "1e-3", *args)
+        assert res.exit_code != 0 and message in res.output and "Traceback" not in res.output

@@ -9,6 +9,7 @@ import pytest
 
 from strata.lossy import chunks
 from strata.lossy.codec import level_geometry
+from strata.lossy.missing import NO_MISSING
 from strata.lossy.partition import Box, Partition, as_3d_shape, grid_shape
 from strata.lossy.predict import encode_origin, encode_passes, pass_table
 from strata.lossy.quantize import RADIUS, UNPREDICTABLE, quantize_reference
@@ -90,7 +91,8 @@ def test_quantizer_matches_reference(dtype):
     eb = 0.01
     step = part.steps[-1]  # stride 1: odd points from the (exact) even ones
     passes, _ = part.passes(step)
-    encode_passes(x, codes, flat, np.array(part.shape, np.int64), pass_table({0: passes}, {0: eb}, lambda i: False))
+    encode_passes(x, codes, flat, NO_MISSING, np.array(part.shape, np.int64),
+                  pass_table({0: passes}, {0: eb}, lambda i: False))
     odd = flat[1:-1:2]
     pred = 0.5 * (flat[0:-2:2].astype(np.float64) + flat[2::2].astype(np.float64))
     ref_codes, ref_rec = quantize_reference(odd, pred, eb)
@@ -106,7 +108,7 @@ def test_unpredictable_values_are_exact():
     encode_origin(x, codes, a, 1e-3)
     part = Partition(as_3d_shape(a.shape))
     plan = part.plan_passes(None, len(part.steps) - 1)
-    encode_passes(x, codes, a, np.array(part.shape, np.int64),
+    encode_passes(x, codes, a, NO_MISSING, np.array(part.shape, np.int64),
                   pass_table(plan, [1e-3] * len(part.steps), lambda i: True, part))
     assert (codes == UNPREDICTABLE).any()
     assert np.all((codes == UNPREDICTABLE) | (np.abs(codes.astype(np.int64) - RADIUS) < RADIUS))
@@ -130,4 +132,4 @@ def test_whole_array_trial_codes_are_the_final_codes(shape):
     part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
     h = LossyHeader(a.shape, a.dtype, 0, eb, eb, settings.order, settings.flat, settings.alpha8, settings.beta8,
                     (1 << len(part.steps)) - 1 if settings.cubic else 0)
-    assert np.array_equal(codes, predict_all(a.reshape(-1), part, h))
+    assert np.array_equal(codes, predict_all(a.reshape(-1), NO_MISSING, part, h))

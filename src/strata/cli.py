@@ -1,7 +1,7 @@
 """The ``strata`` command line.
 
-    strata compress INPUT [-o OUT] (--abs E | --rel E) [--shape AxBxC] [--var NAME]
-    strata decompress INPUT [-o OUT.npy|OUT.f32|OUT.f64] [--level K] [--region SPEC]
+    strata compress INPUT [-o OUT] (--abs E | --rel E) [--shape AxBxC] [--var NAME [--no-cf]]
+    strata decompress INPUT [-o OUT.npy|OUT.f32|OUT.f64|OUT.nc] [--level K] [--region SPEC]
     strata info INPUT
     strata extract INPUT -o OUT [--level K [--grid]] [--region SPEC]
     strata ckpt compress MODEL.safetensors [-o OUT] [--base EARLIER.strata]
@@ -9,8 +9,10 @@
     strata ckpt info CKPT.strata
 
 Inputs: raw ``NAME_D0xD1xD2.f32/.f64`` (SDRBench naming; or ``--shape``), ``.npy``, or a
-variable of a NetCDF/HDF5 file (``--var``). Outputs are written atomically. A region is
-written like numpy indexing without brackets: ``"10:20,:,5"``.
+variable of a NetCDF/HDF5 file (``--var``), read with the CF conventions unless ``--no-cf``
+(see :mod:`strata.cf`). Outputs are written atomically; a ``.nc`` output rebuilds the NetCDF
+variable from the stream's metadata. A region is written like numpy indexing without
+brackets: ``"10:20,:,5"``.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import click
+import numpy as np
 
 from . import __version__
 from .errors import StrataError
@@ -84,59 +87,81 @@ def main():
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="output stream (default: INPUT.strata)")
 @click.option("--abs", "abs_error", type=float, help="absolute error bound")
-@click.option("--rel", "rel_error", type=float, help="value-range-relative error bound")
+@click.option("--rel", "rel_error", type=float, help="bound relative to the range of the valid values")
 @click.option("--shape", help="shape of a raw input, e.g. 100x500x500 (default: from the file name)")
 @click.option("--var", help="variable (NetCDF) or dataset (HDF5) to read")
-def compress(input, output, abs_error, rel_error, shape, var):
-    """Compress INPUT with a point-wise error bound."""
+@click.option("--no-cf", "no_cf", is_flag=True,
+              help="NetCDF/HDF5: read the stored values, ignoring _FillValue, missing_value, valid_* and packing")
+def compress(input, output, abs_error, rel_error, shape, var, no_cf):
+    """Compress INPUT with a point-wise error bound on its valid values.
+
+    A NetCDF/HDF5 variable is read with the CF conventions (missing values, packed data) and
+    its name, dimensions, attributes and coordinates travel in the stream, so that
+    `strata decompress -o OUT.nc` rebuilds it.
+    """
     from .container import atomic_write
-    from .inputs import parse_shape, read_array
-    from .lossy import compress as lossy_compress
+    from .inputs import parse_shape, read_input
 
     try:
-        a = read_array(input, parse_shape(shape) if shape else None, var)
+        v = read_input(input, parse_shape(shape) if shape else None, var, cf=not no_cf)
+        a = v.data
         bar = _Bar(a.nbytes, "compress")
         t = time.perf_counter()
         try:
-            blob = lossy_compress(a, abs_error=abs_error, rel_error=rel_error, progress=bar)
+            blob = v.compress(abs_error=abs_error, rel_error=rel_error, progress=bar)
         finally:
             bar.close()
         t = time.perf_counter() - t
         output = output or input.with_name(input.name + ".strata")
         atomic_write(output, blob)
-    except StrataError as exc:
+    except (StrataError, OSError) as exc:
         _fail(exc)
-    click.echo(f"{input.name}: {a.shape} {a.dtype} -> {output} ({len(blob)} bytes, ratio "
+    missing = f", {int(np.count_nonzero(v.mask))} missing" if v.mask is not None else ""
+    click.echo(f"{input.name}: {a.shape} {a.dtype}{missing} -> {output} ({len(blob)} bytes, ratio "
                f"{a.nbytes / len(blob):.2f}, {8 * len(blob) / max(a.size, 1):.3f} bits/value, "
                f"{a.nbytes / 1e6 / t:.0f} MB/s)")
 
 
 def _decode_to(input, output, level, region, grid=False):
     """Decode INPUT (all, a level, or a region) and write it to OUTPUT; report or fail."""
+    from .cf import NETCDF_SUFFIXES, keep_axes
     from .inputs import write_array
     from .lossy import LossyReader
 
+    netcdf = output.suffix.lower() in NETCDF_SUFFIXES
+    region = parse_region(region)
+    if netcdf:
+        region = keep_axes(region)  # a NetCDF variable keeps its dimensions (and coordinates)
     try:
         with LossyReader(input) as r:
             bar = _Bar(r.header.size * r.dtype.itemsize, "decompress")
             try:
-                a = r.read(level=level, region=parse_region(region), full_resolution=not grid, progress=bar)
+                a = r.read(level=level, region=region, full_resolution=not grid, masked=True, progress=bar)
             finally:
                 bar.close()
-        write_array(output, a)
-    except StrataError as exc:
+            index = tuple(slice(None, None, q) for q in r.levels[level].stride) if grid else region
+            metadata, fill = (r.metadata, r.fill_value) if netcdf else (None, None)
+        write_array(output, a, metadata, fill_value=fill, index=index)
+    except (StrataError, OSError) as exc:
         _fail(exc)
-    click.echo(f"{input.name} -> {output}: {a.shape} {a.dtype}")
+    n = int(np.count_nonzero(np.ma.getmaskarray(a)))
+    click.echo(f"{input.name} -> {output}: {a.shape} {a.dtype}" + (f", {n} missing" if n else ""))
 
 
 @main.command()
 @click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="output .npy, .f32 or .f64 (default: INPUT without .strata, as .npy)")
+              help="output .npy, .f32, .f64 or .nc (default: INPUT without .strata, as .npy)")
 @click.option("--level", type=int, help="decode levels 0..LEVEL only (a full-resolution preview)")
 @click.option("--region", help='decode only this box, e.g. "10:20,:,5"')
 def decompress(input, output, level, region):
-    """Decompress INPUT (all of it, a preview from a level, or a region)."""
+    """Decompress INPUT (all of it, a preview from a level, or a region).
+
+    A .nc output rebuilds the NetCDF variable the stream was made from (name, dimensions,
+    coordinates, attributes, _FillValue, packing); a stream without that metadata gives a
+    variable "data" with dimensions dim_0, dim_1, ... In .npy/.f32/.f64 outputs missing points
+    hold their original values.
+    """
     if output is None:
         stem = input.name[:-len(".strata")] if input.name.endswith(".strata") else input.name
         output = input.with_name(Path(stem).stem + ".npy")
@@ -146,7 +171,7 @@ def decompress(input, output, level, region):
 @main.command()
 @click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="output .npy, .f32 or .f64")
+              help="output .npy, .f32, .f64 or .nc")
 @click.option("--level", type=int, help="decode levels 0..LEVEL only")
 @click.option("--grid", is_flag=True, help="write the level's grid itself, not a full-resolution preview")
 @click.option("--region", help='decode only this box, e.g. "10:20,:,5"')
@@ -160,7 +185,8 @@ def extract(input, output, level, grid, region):
 @main.command()
 @click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def info(input):
-    """Describe the stream INPUT: shape, dtype, bound, levels."""
+    """Describe the stream INPUT: shape, dtype, bound, missing values, variable, levels."""
+    from .cf import parse_metadata
     from .lossy import LossyReader
 
     try:
@@ -168,11 +194,23 @@ def info(input):
             h = r.header
             size = input.stat().st_size
             nbytes = h.size * r.dtype.itemsize
-            mode = "absolute" if h.bound_mode == 0 else f"value-range-relative {h.bound_value:g} ->"
+            mode = "absolute" if h.bound_mode == 0 else f"{h.bound_value:g} of the valid range ->"
             click.echo(f"{input.name}: strata lossy stream, {size} bytes")
-            click.echo(f"  shape {h.shape}  dtype {r.dtype}  error bound {mode} {h.eb:.6g}")
+            click.echo(f"  shape {h.shape}  dtype {r.dtype}  error bound in force: {mode} {h.eb:.6g}")
             if nbytes:
                 click.echo(f"  ratio {nbytes / size:.2f}  bit rate {8 * size / h.size:.3f} bits/value")
+            if r.missing_count:
+                click.echo(f"  missing values {r.missing_count} ({100 * r.missing_count / h.size:.2f} %), "
+                           f"fill value {float(r.fill_value):g}, mask {r.mask_bytes} bytes")
+            if r.valid_range is not None:
+                click.echo(f"  valid range [{r.valid_range[0]:.6g}, {r.valid_range[1]:.6g}]")
+            desc = parse_metadata(r.metadata)
+            if desc is not None:
+                packed = ", packed" if "scale_factor" in desc.attrs or "add_offset" in desc.attrs else ""
+                click.echo(f"  variable {desc.name}({', '.join(desc.dims)}) stored as {desc.dtype}{packed}, "
+                           f"{len(desc.attrs)} attributes, coordinates: {', '.join(desc.coords) or 'none'}")
+            elif r.metadata is not None:
+                click.echo(f"  metadata: {len(r.metadata)} entries")
             s = r.settings_text()
             click.echo(f"  predictor {s}")
             click.echo("  level  shape                 stride        error bound   bytes       points")

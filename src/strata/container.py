@@ -22,6 +22,7 @@ import os
 import struct
 import tempfile
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -239,18 +240,19 @@ def _file_mode() -> int:
 _FILE_MODE = _file_mode()
 
 
-def atomic_write(path, data) -> None:
-    """Write ``data`` (bytes-like, or str as UTF-8) to ``path`` through a temporary file and a
-    rename, so ``path`` holds either its previous contents or all of ``data``, never a part."""
+@contextmanager
+def atomic_path(path):
+    """A temporary path beside ``path`` for a writer that needs a file name (netCDF4, h5py):
+    when the block succeeds the file gets the permissions ``open`` would give, is synced and
+    renamed to ``path``; when it fails it is removed. So ``path`` holds either its previous
+    contents or the whole new file, never a part."""
     path = Path(path)
-    if isinstance(data, str):
-        data = data.encode()
     fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        os.fchmod(fd, _FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
+        yield tmp
+        os.chmod(tmp, _FILE_MODE)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -259,3 +261,12 @@ def atomic_write(path, data) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def atomic_write(path, data) -> None:
+    """Write ``data`` (bytes-like, or str as UTF-8) to ``path`` atomically (see
+    :func:`atomic_path`)."""
+    if isinstance(data, str):
+        data = data.encode()
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)

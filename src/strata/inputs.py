@@ -4,7 +4,9 @@
   slowest axis first; the shape comes from the name or is given);
 * NumPy ``.npy`` files;
 * one variable of a NetCDF (``.nc``, through netCDF4, or h5py for NetCDF-4 files) or HDF5
-  (``.h5``/``.hdf5``, through h5py) file -- optional dependencies (``pip install strata[io]``).
+  (``.h5``/``.hdf5``, through h5py) file, read with the CF conventions (missing values, packed
+  data; see :mod:`strata.cf`) -- optional dependencies (``pip install strata[io]``); written
+  back as NetCDF from a stream's metadata.
 """
 from __future__ import annotations
 
@@ -37,20 +39,31 @@ def raw_shape(path: Path) -> tuple[int, ...] | None:
     return parse_shape(m.group(1)) if m else None
 
 
-def read_array(path, shape: tuple[int, ...] | None = None, var: str | None = None) -> np.ndarray:
-    """Load a float array from ``path``.
+def read_input(path, shape: tuple[int, ...] | None = None, var: str | None = None, *, cf: bool = True):
+    """Load the data to compress from ``path``, with its missing values and description.
 
     Args:
-        path: ``.f32``/``.f64`` raw file, ``.npy``, ``.nc``, ``.h5``/``.hdf5``.
+        path: ``.f32``/``.f64`` raw file, ``.npy``, ``.nc``/``.nc4``/``.cdf``, ``.h5``/``.hdf5``/``.he5``.
         shape: shape of a raw file (default: from its name).
         var: variable (NetCDF) or dataset path (HDF5) to read.
+        cf: for NetCDF/HDF5, apply the CF conventions (see :mod:`strata.cf`).
+
+    Returns:
+        A :class:`strata.cf.Variable`: raw and ``.npy`` files give their array alone (no mask,
+        fill value or metadata); NetCDF/HDF5 variables come with them.
 
     Raises:
         InvalidInputError: unknown format, missing shape or variable, size mismatch.
         UnsupportedDtypeError: the data are not floating point.
     """
+    from .cf import HDF5_SUFFIXES, NETCDF_SUFFIXES, Variable, read_variable
+
     path = Path(path)
     ext = path.suffix.lower()
+    if ext in NETCDF_SUFFIXES + HDF5_SUFFIXES:
+        if not var:
+            raise InvalidInputError(f"{path.name}: name the variable to read with --var")
+        return read_variable(path, var, cf=cf)
     if ext in RAW_DTYPES:
         shape = shape or raw_shape(path)
         if shape is None:
@@ -63,46 +76,42 @@ def read_array(path, shape: tuple[int, ...] | None = None, var: str | None = Non
         a = np.fromfile(path, dtype=dtype).reshape(shape)
     elif ext == ".npy":
         a = np.load(path, allow_pickle=False)
-    elif ext in (".nc", ".nc4", ".h5", ".hdf5", ".he5"):
-        if not var:
-            raise InvalidInputError(f"{path.name}: name the variable to read with --var")
-        a = _read_variable(path, var)
     else:
         raise InvalidInputError(f"{path.name}: unknown input format (want .f32, .f64, .npy, .nc, .h5)")
     if a.dtype.kind != "f":
         raise UnsupportedDtypeError(f"{path.name}: dtype {a.dtype} is not floating point")
-    return np.ascontiguousarray(a.astype(a.dtype.newbyteorder("="), copy=False))
+    return Variable(np.ascontiguousarray(a.astype(a.dtype.newbyteorder("="), copy=False)))
 
 
-def _read_variable(path: Path, var: str) -> np.ndarray:
-    if path.suffix.lower().startswith(".nc"):
-        try:
-            import netCDF4
-        except ImportError:
-            netCDF4 = None
-        if netCDF4 is not None:
-            with netCDF4.Dataset(path) as ds:
-                if var not in ds.variables:
-                    raise InvalidInputError(f"{path.name} has no variable {var!r}; it has {list(ds.variables)}")
-                v = ds.variables[var]
-                v.set_auto_mask(False)
-                return np.asarray(v[...])
-    try:
-        import h5py
-    except ImportError as exc:
-        raise InvalidInputError("reading NetCDF/HDF5 needs netCDF4 or h5py: pip install 'strata[io]'") from exc
-    with h5py.File(path, "r") as f:
-        if var not in f:
-            raise InvalidInputError(f"{path.name} has no dataset {var!r}")
-        return np.asarray(f[var][...])
+def read_array(path, shape: tuple[int, ...] | None = None, var: str | None = None) -> np.ndarray:
+    """The float array of ``path`` as :func:`read_input` reads it, NetCDF/HDF5 variables with
+    their stored values (no CF conventions).
+
+    Raises:
+        InvalidInputError, UnsupportedDtypeError: as :func:`read_input`.
+    """
+    return read_input(path, shape, var, cf=False).data
 
 
-def write_array(path, a: np.ndarray) -> None:
-    """Write ``a`` to ``path`` atomically: ``.npy``, or raw little-endian ``.f32``/``.f64``."""
+def write_array(path, a: np.ndarray, metadata: dict | None = None, *, fill_value=None, index=None) -> None:
+    """Write ``a`` (an array, or a ``numpy.ma.MaskedArray`` marking missing points) to ``path``
+    atomically: ``.npy`` or raw little-endian ``.f32``/``.f64`` (the values as they are: missing
+    points keep the bits they decoded to), or NetCDF ``.nc``/``.nc4``/``.cdf`` through
+    :func:`strata.cf.write_netcdf` (with ``metadata``, ``fill_value`` and ``index``).
+
+    Raises:
+        InvalidInputError: another output format.
+        CorruptStreamError: NetCDF output with metadata that is invalid or does not fit ``a``.
+    """
+    from .cf import NETCDF_SUFFIXES, write_netcdf
     from .container import atomic_write
 
     path = Path(path)
     ext = path.suffix.lower()
+    if ext in NETCDF_SUFFIXES:
+        write_netcdf(path, a, metadata, fill_value=fill_value, index=index)
+        return
+    a = np.ma.getdata(a)
     if ext == ".npy":
         import io
 
@@ -112,4 +121,4 @@ def write_array(path, a: np.ndarray) -> None:
     elif ext in RAW_DTYPES:
         atomic_write(path, np.ascontiguousarray(a, dtype=RAW_DTYPES[ext]).tobytes())
     else:
-        raise InvalidInputError(f"{path.name}: output must be .npy, .f32 or .f64")
+        raise InvalidInputError(f"{path.name}: output must be .npy, .f32, .f64 or .nc")

@@ -41,6 +41,10 @@ RAW, ORDER0, PREV, CONST, SPLIT = 0, 1, 2, 3, 4
 MIN_GAIN = 0.01
 #: Bytes sampled to store a long near-uniform string raw without a full histogram.
 SAMPLE_BYTES = 1 << 16
+#: Bits a coded record spends besides its symbols and tables: the four final rANS states and
+#: the table length (estimates that leave them out pick a coded model for a few bytes that
+#: stored raw are smaller).
+_STATE_BITS = 8.0 * (4 * rans.STATE_BYTES + 1)
 #: Parts of a split string, and the fewest bytes per part.
 SPLIT_PARTS = 4
 MIN_PART_BYTES = 1 << 14
@@ -250,7 +254,8 @@ def encode_into(data, out, pos):
         split_bits = 8.0 * (2 + 3 * n_parts)
         for p in range(n_parts):
             costs[p, 0], costs[p, 1] = tables.cost_bits(h0s[p]), tables.cost_bits(hps[p])
-            split_bits += min(8.0 * (n * (p + 1) // n_parts - n * p // n_parts), costs[p, 0], costs[p, 1]) + 8
+            split_bits += min(8.0 * (n * (p + 1) // n_parts - n * p // n_parts),
+                              min(costs[p, 0], costs[p, 1]) + _STATE_BITS) + 8
         if split_bits < min(c0, cp) + 8:
             out[pos] = SPLIT
             out[pos + 1] = n_parts
@@ -279,7 +284,7 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos):
         out[pos] = CONST
         out[pos + 1] = data[0]
         return pos + 2
-    if min(c0, cp) > (1 - MIN_GAIN) * 8.0 * n:
+    if min(c0, cp) + _STATE_BITS > (1 - MIN_GAIN) * 8.0 * n:
         out[pos] = RAW
         out[pos + 1:pos + 1 + n] = data
         return pos + 1 + n

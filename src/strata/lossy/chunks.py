@@ -23,7 +23,7 @@ from numba import njit, prange
 from .._numba import serial_variant
 from ..entropy import rans, tables
 from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, SYMBOL_BASE, SYMBOL_EXTRA_BITS, to_symbol, unzigzag, zigzag
-from .quantize import RADIUS, UNPREDICTABLE
+from .quantize import MISSING, RADIUS, UNPREDICTABLE
 
 N_CONTEXTS = 27
 _SLOT_MASK = tables.SCALE - 1
@@ -56,7 +56,7 @@ def _mag(c):
 
 
 @njit(inline="always")
-def _row(g0, g1, lo2, r0, r1, r2, base):
+def level_row(g0, g1, lo2, r0, r1, r2, base):
     """First index and step along axis 2 of the level's points in row ``(g0, g1)``;
     step 0 means the row holds none."""
     if base or (r0 and (g0 & 1)) or (r1 and (g1 & 1)):
@@ -77,7 +77,7 @@ def chunk_sizes(boxes, refined, base):
         t = 0
         for g0 in range(lo0, hi0):
             for g1 in range(lo1, hi1):
-                f, st = _row(g0, g1, lo2, r0, r1, r2, base)
+                f, st = level_row(g0, g1, lo2, r0, r1, r2, base)
                 if st > 0 and f < hi2:
                     t += (hi2 - 1 - f) // st + 1
         out[c] = t
@@ -97,7 +97,7 @@ def _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2,
         return mags
     for a in range(h0):
         for b in range(h1):
-            f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
             if st == 1:
                 continue
             row = (lo0 + a) * d0 + (lo1 + b) * d1
@@ -109,12 +109,14 @@ def _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2,
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
-            n_unpred, n_workers):
+def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw,
+            raw_offsets, n_raw, n_unpred, n_workers):
     """Symbols, contexts, raw bits and histograms of every chunk of a level (encoder, pass 1).
 
-    ``syms``/``ctxs`` (uint8, level points in chunk order) receive each point's symbol and
-    context; ``hist[w, ctx, sym]`` (int64, ``w < n_workers``) accumulates the counts of the
+    ``syms``/``ctxs`` (uint8, level points in chunk order, from ``offsets[c]``) receive each
+    coded point's symbol and context, ``n_syms[c]`` the number of chunk ``c``'s symbols (its
+    points less the missing ones: ``missing`` is the flat uint8 mask, empty without one);
+    ``hist[w, ctx, sym]`` (int64, ``w < n_workers``) accumulates the counts of the
     chunks worker ``w`` handled; ``raw[raw_offsets[c]:]`` the raw bits of
     chunk ``c`` (``n_raw[c]`` bytes; room for 3 bytes per point); ``n_unpred[c]`` its number
     of unpredictable values.
@@ -132,8 +134,9 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
             mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
             local = np.zeros(N_CONTEXTS * ALPHABET, np.int64)
             k0 = offsets[c]
-            nu, n_out = _analyze_chunk(codes, mags, syms[k0:], ctxs[k0:], local, raw[raw_offsets[c]:],
-                                       h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+            nu, n_out, ns = _analyze_chunk(codes, missing, mags, syms[k0:], ctxs[k0:], local, raw[raw_offsets[c]:],
+                                           h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+            n_syms[c] = ns
             n_raw[c] = n_out
             n_unpred[c] = nu
             for ctx in range(N_CONTEXTS):
@@ -142,9 +145,12 @@ def analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, his
 
 
 @njit(nogil=True, _nrt=False)
-def _analyze_chunk(codes, mags, syms, ctxs, local, raw, h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base):
-    """One chunk of :func:`analyze`: returns ``(unpredictable values, raw bytes written)``.
-    ``uint64`` indices (no wraparound code), no reference counting."""
+def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2,
+                   base):
+    """One chunk of :func:`analyze`: returns ``(unpredictable values, raw bytes written,
+    symbols)``; missing points get no symbol (their class stays 0). ``uint64`` indices (no
+    wraparound code), no reference counting."""
+    has_missing = missing.shape[0] > 0
     p1 = h2 + 1
     p0 = (h1 + 1) * p1
     up0 = np.uint64(p0)
@@ -156,7 +162,7 @@ def _analyze_chunk(codes, mags, syms, ctxs, local, raw, h0, h1, h2, lo0, lo1, lo
     k = np.uint64(0)
     for a in range(h0):
         for b in range(h1):
-            f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
             if st == 0:
                 continue
             idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
@@ -164,6 +170,10 @@ def _analyze_chunk(codes, mags, syms, ctxs, local, raw, h0, h1, h2, lo0, lo1, lo
             ust = np.uint64(st)
             step = np.uint64(st * d2)
             for _ in range(f, lo2 + h2, st):
+                if has_missing and missing[idx]:
+                    p += ust
+                    idx += step
+                    continue
                 ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - np.uint64(1)]
                 code = np.int64(codes[idx])
                 if code == UNPREDICTABLE:
@@ -184,11 +194,11 @@ def _analyze_chunk(codes, mags, syms, ctxs, local, raw, h0, h1, h2, lo0, lo1, lo
                 p += ust
                 idx += step
     pos = rans.bits_flush(acc, nacc, raw, pos)
-    return nu, pos
+    return nu, pos, np.int64(k)
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs,
+def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
            ctxmap, enc, n_unpred, buf, buf_offsets, n_rans, n_workers):
     """rANS-code every chunk (encoder, pass 2).
 
@@ -211,7 +221,7 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
             if n_unpred[c] > 0:
                 for g0 in range(lo0, hi0):
                     for g1 in range(lo1, hi1):
-                        f, st = _row(g0, g1, lo2, r0, r1, r2, base)
+                        f, st = level_row(g0, g1, lo2, r0, r1, r2, base)
                         if st == 0:
                             continue
                         row = g0 * d0 + g1 * d1
@@ -221,7 +231,8 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
                                 for b in range(itemsize):
                                     buf[pos] = orig_bytes[idx * itemsize + b]
                                     pos += 1
-            k0, k1 = offsets[c], offsets[c + 1]
+            k0 = offsets[c]
+            k1 = k0 + n_syms[c]
             n_rans[c] = _encode_chunk(syms[k0:k1], ctxs[k0:k1], ctxmap, flat, n_s, buf[:buf_offsets[c + 1]])
 
 
@@ -327,17 +338,18 @@ def _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero):
 
 
 @njit(nogil=True, _nrt=False)
-def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1, h2, lo0, lo1, lo2, r0, r1, r2,
-                    base):
+def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, missing, h0, h1, h2, lo0, lo1, lo2, d0, d1,
+                    d2, r0, r1, r2, base):
     """Phase 1 of a chunk: rANS-decode its symbols in raster order into ``out`` (uint8).
 
     ``mags`` is the chunk's grid with a zero border on the low side of each axis, shape
     ``(h0 + 1) * (h1 + 1) * (h2 + 1)``, pre-filled with the magnitude classes of coarser
     points; contexts are read from it and each decoded point's class is written to it.
     ``symbols``/``info`` are the split decode tables of the 27 contexts, ``zero`` the slots
-    of symbol 0 per context where the fast path is on (see :func:`_symbol`). Returns
-    ``(ok, rpos, n)``: ``ok`` is False on an invalid symbol or when the final state is not
-    the encoder's initial one; ``n`` symbols were written.
+    of symbol 0 per context where the fast path is on (see :func:`_symbol`). Missing points
+    (``missing``, the flat uint8 mask, empty without one) have no symbol and keep class 0.
+    Returns ``(ok, rpos, n)``: ``ok`` is False on an invalid symbol or when the final state
+    is not the encoder's initial one; ``n`` symbols were written.
 
     The loop touches only chunk-local buffers and the tables, with ``uint64`` indices (no
     negative-index wraparound code) and no reference counting (``_nrt=False``).
@@ -346,6 +358,7 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1
     p0 = (h1 + 1) * p1
     up0 = np.uint64(p0)
     up1 = np.uint64(p1)
+    has_missing = missing.shape[0] > 0
     sa, rpos = rans.decode_init(payload, rpos, r_end)
     if sa < rans.RANS_L:
         return False, rpos, 0
@@ -353,14 +366,28 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, h0, h1
     top = np.uint8(0)
     for a in range(h0):
         for b in range(h1):
-            f, st = _row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
             if st == 0:
                 continue
             p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
+            if has_missing:
+                # the general loop, skipping missing points (the two below assume none)
+                idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
+                step = np.uint64(st * d2)
+                for _ in range(f, lo2 + h2, st):
+                    if missing[idx] == 0:
+                        ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - np.uint64(1)]
+                        sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
+                        top = max(top, sym)
+                        mags[p] = (sym > 0) + (sym > 2)
+                        out[k] = sym
+                        k += np.uint64(1)
+                    p += np.uint64(st)
+                    idx += step
             # The two loops differ only in where the previous point's class comes from: a
             # register (st == 1) keeps a store-to-load round trip off the serial dependency
             # chain; for st == 2 the previous point is coarser and in the grid.
-            if st == 1:
+            elif st == 1:
                 prev = np.uint64(0)
                 for _ in range(f, lo2 + h2):
                     ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + prev
@@ -390,12 +417,14 @@ _DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z 
 
 
 @njit(nogil=True, _nrt=False)
-def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, itemsize,
+def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, itemsize, missing,
                  h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base):
     """Phase 2 of a chunk: the code of each decoded symbol, in the same raster order, to
     ``codes`` -- with its raw bits (from ``x_pos``; ``payload`` padded by 4 bytes) or, for an
-    unpredictable value, its stored bytes (from ``u_pos``) copied to ``out_bytes``. Returns
-    ``(raw bits consumed, final u_pos)``; ``u_pos`` is -1 if a stored value is missing."""
+    unpredictable value, its stored bytes (from ``u_pos``) copied to ``out_bytes``; a missing
+    point gets ``MISSING``. Returns ``(raw bits consumed, final u_pos)``; ``u_pos`` is -1 if
+    a stored value is missing."""
+    has_missing = missing.shape[0] > 0
     x_start = x_pos
     acc = np.int64(0)
     nacc = np.int64(0)
@@ -404,12 +433,16 @@ def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, item
     for a in range(h0):
         g0 = lo0 + a
         for b in range(h1):
-            f, st = _row(g0, lo1 + b, lo2, r0, r1, r2, base)
+            f, st = level_row(g0, lo1 + b, lo2, r0, r1, r2, base)
             if st == 0:
                 continue
             idx = np.uint64(g0 * d0 + (lo1 + b) * d1 + f * d2)
             step = np.uint64(st * d2)
             for _ in range(f, lo2 + h2, st):
+                if has_missing and missing[idx]:
+                    codes[idx] = MISSING
+                    idx += step
+                    continue
                 sym = np.uint64(syms[k])
                 if sym < DIRECT:
                     codes[idx] = _DIRECT_CODES[sym]
@@ -434,10 +467,11 @@ def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, item
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, stride, refined,
+def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing, shape, stride, refined,
            base, boxes, symbols, info, zero, errors, n_workers):
     """Decode the chunks ``chunk_ids`` of a level into ``codes`` (and unpredictable values
-    into ``out_bytes``, the output array's bytes).
+    into ``out_bytes``, the output array's bytes). ``missing`` is the flat uint8 mask (empty
+    without one), known for the chunks' points before their codes.
 
     Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``; ``symbols``/``info`` hold
     the level's split decode tables (:func:`strata.entropy.tables.split_decode_tables`) for
@@ -469,15 +503,15 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, shape, 
             x_end = r_end + n_x
             mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
             syms = np.empty(h0 * h1 * h2, np.uint8)
-            ok, rpos, n = _decode_symbols(payload, pos, r_end, symbols, info, zero, mags, syms, h0, h1, h2, lo0, lo1,
-                                          lo2, r0, r1, r2, base)
+            ok, rpos, n = _decode_symbols(payload, pos, r_end, symbols, info, zero, mags, syms, missing, h0, h1, h2,
+                                          lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
             if not ok:
                 errors[j] = 2 if n == 0 else 3
                 continue
             if rpos != r_end:
                 errors[j] = 3
                 continue
-            x_bits, u_pos = _place_codes(syms, payload, r_end, x_end, x_end, end, codes, out_bytes, itemsize,
+            x_bits, u_pos = _place_codes(syms, payload, r_end, x_end, x_end, end, codes, out_bytes, itemsize, missing,
                                          h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
             if u_pos < 0:
                 errors[j] = 2

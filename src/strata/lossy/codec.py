@@ -2,8 +2,10 @@
 
 Method (STZ, Wang et al., SC'25, with SZ3's interpolation, Zhao et al., ICDE'21):
 
-1. Non-finite values (NaN, +-Inf) are set aside bit-exactly with their positions and replaced
-   by the mean of the finite values for prediction (:mod:`strata.lossy.nonfinite`).
+1. Missing values (NaN, a fill value, a mask) are marked for the predictor, which gives them
+   no symbol, and their mask is coded per level and chunk (:mod:`strata.lossy.missing`,
+   :mod:`strata.lossy.mask`); +-Inf and unusual missing bit patterns are kept bit-exactly
+   apart (:mod:`strata.lossy.exact`).
 2. The settings -- pass order, flat axes, level-wise bounds, cubic or linear interpolation --
    come from :mod:`strata.lossy.tune` unless given.
 3. The grid is refined step by step (:mod:`strata.lossy.partition`); every point is predicted
@@ -22,7 +24,9 @@ import numpy as np
 
 from ..container import KIND_LOSSY, Writer, crc32, pack
 from ..errors import InvalidInputError, UnsupportedDtypeError
-from . import chunks, nonfinite
+from . import chunks, exact, missing
+from . import mask as mask_coder
+from . import metadata as meta
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
 from .partition import Partition, as_3d_shape
 from .predict import encode_origin, encode_passes, pass_table
@@ -48,10 +52,11 @@ def validate_array(array) -> np.ndarray:
     return a if a.flags.c_contiguous else a.copy(order="C")
 
 
-def absolute_bound(a: np.ndarray, abs_error, rel_error) -> tuple[int, float, float]:
+def absolute_bound(valid_range, abs_error, rel_error) -> tuple[int, float, float]:
     """``(mode, requested value, absolute bound)`` from exactly one of the two bounds.
 
-    The value-range-relative bound is ``rel_error * (max - min)`` over the finite values.
+    The value-range-relative bound is ``rel_error * (max - min)`` over the valid values
+    (``valid_range``, None when there are none: the bound is then 0).
 
     Raises:
         InvalidInputError: both or neither bound given, or a negative, NaN or infinite bound.
@@ -67,24 +72,30 @@ def absolute_bound(a: np.ndarray, abs_error, rel_error) -> tuple[int, float, flo
         raise InvalidInputError(f"error bound must be finite and >= 0, got {value}")
     if mode == BOUND_ABS:
         return mode, value, value
-    finite = a[np.isfinite(a)] if a.size else a
-    vrange = float(finite.max()) - float(finite.min()) if finite.size else 0.0
+    vrange = valid_range[1] - valid_range[0] if valid_range is not None else 0.0
     eb = value * vrange
     if not math.isfinite(eb):
         raise InvalidInputError("value range times rel_error overflows float64")
     return mode, value, eb
 
 
-def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None = None,
-             progress=None) -> bytes:
-    """Compress ``array`` with a point-wise error bound.
+def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None,
+             settings: Settings | None = None, progress=None) -> bytes:
+    """Compress ``array`` with a point-wise error bound on its valid values.
 
     Args:
-        array: float32 or float64 array, any shape (0-d to N-d), C or Fortran order.
-        abs_error: absolute error bound (same unit as the data): every decoded finite value
+        array: float32 or float64 array, any shape (0-d to N-d), C or Fortran order; a
+            ``numpy.ma.MaskedArray``'s masked points are missing.
+        abs_error: absolute error bound (same unit as the data): every decoded valid value
             ``y`` of ``x`` satisfies ``|x - y| <= abs_error``, checked in float64.
         rel_error: value-range-relative bound: the absolute bound is
-            ``rel_error * (max(x) - min(x))`` over finite values.
+            ``rel_error * (max(x) - min(x))`` over the valid values (0 if there are none).
+        mask: boolean array (``True`` = missing, numpy.ma convention), of the array's shape
+            or broadcasting to it (e.g. one land mask for every time step).
+        fill_value: values equal to it are missing (CF ``_FillValue`` / ``missing_value``);
+            NaN is always missing.
+        metadata: a dict kept in the stream as strict JSON (at most 4 MiB), returned by
+            :attr:`strata.lossy.LossyReader.metadata`.
         settings: predictor settings; chosen by sampling the data when omitted.
         progress: optional callable ``progress(done, total)`` called after each stage
             (tuning, prediction, each level's coding).
@@ -93,52 +104,68 @@ def compress(array, *, abs_error=None, rel_error=None, settings: Settings | None
         The compressed stream (bytes), self-describing.
 
     Raises:
-        InvalidInputError: bounds missing, doubled, negative or NaN.
+        InvalidInputError: bounds missing, doubled, negative or NaN; a mask that is not
+            boolean or of another shape; a fill value not representable in the dtype;
+            metadata not serializable or too large.
         UnsupportedDtypeError: ``array`` is not float32/float64.
 
-    A bound of 0 gives a lossless round trip (at a poor ratio). NaN and +-Inf are restored
-    bit-exactly.
+    Valid values are the finite, non-missing ones. A bound of 0 gives a lossless round trip
+    (at a poor ratio). Missing points and +-Inf decode to their exact original bits (see
+    :mod:`strata.lossy.missing` for the contract and the method).
     """
-    a = validate_array(array)
-    mode, value, eb = absolute_bound(a, abs_error, rel_error)
-    header = LossyHeader(a.shape, a.dtype, mode, value, eb)
+    data, ma_mask = missing.split_masked(array)
+    a = validate_array(data)
+    miss = missing.find(a, mask, fill_value)
+    if ma_mask is not None:
+        miss |= ma_mask.reshape(-1)
+    prep = missing.prepare(a, miss)
+    mode, value, eb = absolute_bound(prep.valid_range, abs_error, rel_error)
+    metadata_section = meta.section(metadata)
+    header = LossyHeader(a.shape, a.dtype, mode, value, eb, valid_range=prep.valid_range,
+                         metadata_len=len(metadata_section))
     if a.size == 0:
-        return pack(KIND_LOSSY, header.to_bytes(), [])
+        return pack(KIND_LOSSY, header.to_bytes(), [metadata_section] if metadata_section else [])
     report = progress or (lambda done, total: None)
-    flat_in = a.reshape(-1)
-    nf_section, orig = nonfinite.split(flat_in)
+    orig = prep.work
+    if prep.count:
+        header.missing_count, header.fill_bits, header.origin_pred = prep.count, prep.fill_bits, prep.valid_mean
     codes = None
     if settings is None:
-        settings, codes = choose(orig.reshape(a.shape), eb)
+        settings, codes = choose(orig.reshape(a.shape), eb, header.origin_pred, prep.missing)
     header.order, header.flat = settings.order, settings.flat
     header.alpha8, header.beta8 = settings.alpha8, settings.beta8
     part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
     stages = part.num_levels + 2
     report(1, stages)
     header.cubic_mask = (1 << len(part.steps)) - 1 if settings.cubic else 0
+    miss = prep.missing if prep.missing is not None else missing.NO_MISSING
     if codes is None:  # (the tuner's trials did not cover the whole array)
-        codes = predict_all(orig, part, header)
+        codes = predict_all(orig, miss, part, header)
     report(2, stages)
     sections = []
-    if nf_section:
-        sections.append(nf_section)
-        header.nonfinite_len = len(nf_section)
+    exact_section = exact.section(a.reshape(-1), prep.exact)
+    if exact_section:
+        sections.append(exact_section)
+        header.exact_len = len(exact_section)
+    if metadata_section:
+        sections.append(metadata_section)
     for level in range(part.num_levels):
-        head, payload = encode_level(part, level, codes, orig)
-        header.levels.append(LevelEntry(len(head), len(payload)))
-        sections += [head, payload]
+        head, mask_index, mask_payload, payload = encode_level(part, level, codes, orig, prep.missing)
+        header.levels.append(LevelEntry(len(head), len(payload), len(mask_index), len(mask_payload)))
+        sections += [head, mask_index, mask_payload, payload]
         report(3 + level, stages)
     return pack(KIND_LOSSY, header.to_bytes(), sections)
 
 
-def predict_all(orig: np.ndarray, part: Partition, header: LossyHeader) -> np.ndarray:
-    """Quantization codes (flat int32) of every point, in full-resolution layout."""
+def predict_all(orig: np.ndarray, missing: np.ndarray, part: Partition, header: LossyHeader) -> np.ndarray:
+    """Quantization codes (flat int32) of every point, in full-resolution layout (``missing``:
+    the flat uint8 mask, empty without one)."""
     x = orig.copy()
     codes = np.empty(orig.size, dtype=np.int32)
     bounds = header.step_bounds(part.steps)
-    encode_origin(x, codes, orig, bounds[0] if bounds else header.eb)
+    encode_origin(x, codes, orig, bounds[0] if bounds else header.eb, header.origin_pred)
     plan = part.plan_passes(None, len(part.steps) - 1)
-    encode_passes(x, codes, orig, np.array(part.shape, np.int64),
+    encode_passes(x, codes, orig, missing, np.array(part.shape, np.int64),
                   pass_table(plan, bounds, header.cubic, part, ("rows", "all")))
     return codes
 
@@ -173,10 +200,19 @@ def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -
     return small if est_bytes / part.chunk_boxes(level, small).shape[0] >= MIN_CHUNK_BYTES else t
 
 
-def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarray) -> tuple[bytes, bytes]:
-    """Code one level: returns its head (tables, chunk index, CRC) and payload (chunks)."""
+def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarray,
+                 miss: np.ndarray | None = None) -> tuple[bytes, bytes, bytes, bytes]:
+    """Code one level: returns its head (tables, chunk index, CRC), its mask index and mask
+    payload (empty without a mask: ``miss`` is the flat uint8 mask or None) and its payload
+    (chunks)."""
     tile = choose_tile(part, level, codes, orig.dtype.itemsize)
     shape, stride, refined, base, boxes = level_geometry(part, level, tile)
+    if miss is None:
+        mask_index, mask_payload, miss = b"", b"", missing.NO_MISSING
+    else:
+        # the mask on the default chunk edge: its chunks pay framing and relearn the first
+        # slice, so they gain nothing from the smaller chunks that serve region reads of codes
+        mask_index, mask_payload = mask_coder.encode_level(miss, *level_geometry(part, level))
     sizes = chunks.chunk_sizes(boxes, refined, base)
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
@@ -184,6 +220,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     n_chunks = len(sizes)
     syms = np.empty(n, np.uint8)
     ctxs = np.empty(n, np.uint8)
+    n_syms = np.zeros(n_chunks, np.int64)
     n_workers = chunks.workers(n_chunks)
     hist = np.zeros((n_workers, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
     raw_offsets = np.zeros(n_chunks + 1, np.int64)
@@ -193,17 +230,17 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     n_unpred = np.zeros(n_chunks, np.int64)
     small = n < chunks.SERIAL_POINTS
     analyze, encode, assemble = (chunks.runner(k, small) for k in (chunks.analyze, chunks.encode, chunks.assemble))
-    analyze(codes, shape, stride, refined, base, boxes, offsets, syms, ctxs, hist, raw, raw_offsets, n_raw,
-            n_unpred, n_workers)
+    analyze(codes, miss, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw, raw_offsets,
+            n_raw, n_unpred, n_workers)
     group, table_bytes, enc = chunks.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
     unpred_bytes = n_unpred * itemsize
     buf_offsets = np.zeros(n_chunks + 1, np.int64)
-    np.cumsum(unpred_bytes + 2 * sizes + 8, out=buf_offsets[1:])
+    np.cumsum(unpred_bytes + 2 * n_syms + 8, out=buf_offsets[1:])
     buf = np.empty(int(buf_offsets[-1]), np.uint8)
     n_rans = np.zeros(n_chunks, np.int64)
-    encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs,
+    encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
            cmap, enc, n_unpred, buf, buf_offsets, n_rans, n_workers)
     lens = n_rans + n_raw + unpred_bytes + _varint_len(n_rans) + _varint_len(n_raw)
     out_offsets = np.zeros(n_chunks + 1, np.int64)
@@ -218,7 +255,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     for c in range(n_chunks):
         w.u32(crc32(view[out_offsets[c]:out_offsets[c + 1]]))
     head = w.getvalue()
-    return head + struct.pack("<I", crc32(head)), pay
+    return head + struct.pack("<I", crc32(head)), mask_index, mask_payload, pay
 
 
 def _varint_len(v: np.ndarray) -> np.ndarray:

@@ -3,7 +3,10 @@
 Fields (binary, in this order; see ``docs/format.md``): number of dimensions and the shape
 (varints), dtype code, error-bound mode and requested value, the absolute bound in force, the
 predictor settings (pass order, flat axes, level-wise bound factors, cubic/linear per step),
-the length of the non-finite section, and per level the lengths of its head and payload.
+the length of the exact-value section, and per level the lengths of its head and payload;
+then an optional extension (streams written before it have none): flags, the missing-value
+fields (count, fill pattern, the first point's prediction, per level the lengths of its mask
+index and mask payload), the metadata section's length, the valid range.
 Every size is validated against ``MAX_ELEMENTS`` and the stream length before anything is
 allocated.
 """
@@ -28,6 +31,8 @@ MAX_NDIM = 32
 DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8")}
 DTYPE_CODES = {np.dtype("float32"): 1, np.dtype("float64"): 2}
 BOUND_ABS, BOUND_REL = 0, 1
+#: Extension flags.
+EXT_MISSING, EXT_METADATA, EXT_RANGE = 1, 2, 4
 ORDERS = list(itertools.permutations(range(3)))
 
 
@@ -48,6 +53,13 @@ def _step_bounds(level_numbers: tuple[int, ...], eb: float, alpha8: int, beta8: 
 class LevelEntry:
     head_len: int
     payload_len: int
+    mask_index_len: int = 0
+    mask_len: int = 0
+
+    @property
+    def total(self) -> int:
+        """Bytes of the level's sections: head, mask index, mask payload, code payload."""
+        return self.head_len + self.mask_index_len + self.mask_len + self.payload_len
 
 
 @dataclass
@@ -68,8 +80,15 @@ class LossyHeader:
     alpha8: int = 8
     beta8: int = 8
     cubic_mask: int = 0
-    nonfinite_len: int = 0
+    exact_len: int = 0
     levels: list[LevelEntry] = field(default_factory=list)
+    #: Missing points (0: the stream has no mask), their fill pattern (``itemsize`` bytes).
+    missing_count: int = 0
+    fill_bits: bytes = b""
+    #: Prediction of the first point (the mean of the valid values when there is a mask, else 0).
+    origin_pred: float = 0.0
+    metadata_len: int = 0
+    valid_range: tuple[float, float] | None = None
 
     @property
     def size(self) -> int:
@@ -94,10 +113,21 @@ class LossyHeader:
         w.u8(ORDERS.index(tuple(self.order)))
         w.u8(sum(1 << a for a in range(3) if self.flat[a]))
         w.u8(self.alpha8).u8(self.beta8).varint(self.cubic_mask)
-        w.varint(self.nonfinite_len)
+        w.varint(self.exact_len)
         w.varint(len(self.levels))
         for lv in self.levels:
             w.varint(lv.head_len).varint(lv.payload_len)
+        flags = ((EXT_MISSING if self.missing_count else 0) | (EXT_METADATA if self.metadata_len else 0)
+                 | (EXT_RANGE if self.valid_range is not None else 0))
+        w.u8(flags)
+        if self.missing_count:
+            w.varint(self.missing_count).raw(self.fill_bits).f64(self.origin_pred)
+            for lv in self.levels:
+                w.varint(lv.mask_index_len).varint(lv.mask_len)
+        if self.metadata_len:
+            w.varint(self.metadata_len)
+        if self.valid_range is not None:
+            w.f64(self.valid_range[0]).f64(self.valid_range[1])
         return w.getvalue()
 
     @classmethod
@@ -135,16 +165,40 @@ class LossyHeader:
         if alpha8 < 8 or beta8 < 8:
             raise CorruptStreamError("invalid level-wise bound factors")
         cubic_mask = r.varint(1 << 64)
-        nonfinite_len = r.varint(stream_size)
+        exact_len = r.varint(stream_size)
         n_levels = r.varint(256)
         levels = [LevelEntry(r.varint(stream_size), r.varint(stream_size)) for _ in range(n_levels)]
-        r.done()
         h = cls(shape, DTYPES[code], bound_mode, bound_value, eb, ORDERS[order_i],
                 tuple(bool(flat_bits >> a & 1) for a in range(3)), alpha8, beta8, cubic_mask,
-                nonfinite_len, levels)
+                exact_len, levels)
+        if r.pos < len(r.buf):
+            h._read_extension(r, stream_size)
+        r.done()
         if h.size and n_levels != h.partition().num_levels:
             raise CorruptStreamError(f"header lists {n_levels} levels, the shape has "
                                      f"{h.partition().num_levels}")
         if not h.size and n_levels:
             raise CorruptStreamError("empty array with levels")
         return h
+
+    def _read_extension(self, r: Reader, stream_size: int) -> None:
+        flags = r.u8()
+        if flags >= 8:
+            raise CorruptStreamError(f"unknown header extension flags {flags}")
+        if flags & EXT_MISSING:
+            self.missing_count = r.varint(self.size)
+            if self.missing_count == 0:
+                raise CorruptStreamError("missing-value fields with no missing value")
+            self.fill_bits = bytes(r.raw(np.dtype(self.dtype).itemsize))
+            self.origin_pred = r.f64()
+            if not math.isfinite(self.origin_pred):
+                raise CorruptStreamError("invalid prediction of the first point")
+            for lv in self.levels:
+                lv.mask_index_len, lv.mask_len = r.varint(stream_size), r.varint(stream_size)
+        if flags & EXT_METADATA:
+            self.metadata_len = r.varint(stream_size)
+        if flags & EXT_RANGE:
+            lo, hi = r.f64(), r.f64()
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                raise CorruptStreamError("invalid valid range")
+            self.valid_range = (lo, hi)

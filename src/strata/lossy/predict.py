@@ -43,8 +43,9 @@ _SERIAL_BELOW = 16384
 _SLAB_POINTS = 32768
 
 
-# Prediction rules, by the neighbours a point has along its axis (see the table above).
-_CUBIC, _QUAD_LEFT, _QUAD_RIGHT, _LINEAR, _EXTRAP_QUAD, _EXTRAP_LINEAR, _COPY = range(7)
+# Prediction rules, by the neighbours a point has along its axis (see the table above); the
+# last two only where a mask leaves a point valid neighbours on its right side alone.
+_CUBIC, _QUAD_LEFT, _QUAD_RIGHT, _LINEAR, _EXTRAP_QUAD, _EXTRAP_LINEAR, _COPY, _EXTRAP_RIGHT, _COPY_RIGHT = range(9)
 
 
 @njit(inline="always")
@@ -66,6 +67,39 @@ def _rule(i, n, s, cubic):
     if i >= 3 * s:
         return _EXTRAP_LINEAR
     return _COPY
+
+
+@njit(inline="always")
+def _masked_rule(missing, idx, d1, i, n, s, cubic):
+    """Rule for index ``i`` (memory index ``idx``, neighbours ``d1`` apart, uint64) of an axis
+    of length ``n`` at stride ``s`` that uses valid neighbours only; a point whose neighbours on
+    both sides are missing keeps :func:`_rule` (it then reads their reconstructions, which are
+    predictions themselves). It reads no farther than ``3s`` (``STENCIL_REACH``): no quadratic
+    extrapolation, which reads ``i - 5s``, outside what a region read decodes."""
+    d3 = np.uint64(3) * d1
+    left = missing[idx - d1] == 0
+    right = i + s < n and missing[idx + d1] == 0
+    if left and right:
+        if cubic:
+            left3 = i >= 3 * s and missing[idx - d3] == 0
+            right3 = i + 3 * s < n and missing[idx + d3] == 0
+            if left3 and right3:
+                return _CUBIC
+            if right3:
+                return _QUAD_LEFT
+            if left3:
+                return _QUAD_RIGHT
+        return _LINEAR
+    if left:
+        if i >= 3 * s and missing[idx - d3] == 0:
+            return _EXTRAP_LINEAR
+        return _COPY
+    if right:
+        if i + 3 * s < n and missing[idx + d3] == 0:
+            return _EXTRAP_RIGHT
+        return _COPY_RIGHT
+    r = _rule(i, n, s, cubic)
+    return _EXTRAP_LINEAR if r == _EXTRAP_QUAD else r
 
 
 @njit(inline="always")
@@ -94,6 +128,10 @@ def _apply(x, idx, d1, rule):
                 + 3.0 * np.float64(x[idx - np.uint64(5) * d1])) * 0.125
     if rule == _EXTRAP_LINEAR:
         return 1.5 * np.float64(x[idx - d1]) - 0.5 * np.float64(x[idx - d3])
+    if rule == _EXTRAP_RIGHT:
+        return 1.5 * np.float64(x[idx + d1]) - 0.5 * np.float64(x[idx + d3])
+    if rule == _COPY_RIGHT:
+        return np.float64(x[idx + d1])
     return np.float64(x[idx - d1])
 
 
@@ -123,7 +161,7 @@ def _count(first, step, hi):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _sweep(mode, x, codes, orig, shape, table, bounds, cubic):
+def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic):
     """Run the passes of ``table`` in order. mode 0: encode, 1: decode, 2: preview.
 
     ``table[p]`` = ``axis, stride, start0..2, step0..2, lo0..2, hi0..2, step id, by_slab``
@@ -158,21 +196,21 @@ def _sweep(mode, x, codes, orig, shape, table, bounds, cubic):
             for u in prange(n_slabs):
                 a = lo + u * width
                 for p in range(p0, p1):
-                    _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, a, a + width, -1)
+                    _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, a, a + width, -1)
         else:
             for p in range(p0, p1):
                 # whole pass, its rows in parallel
-                nw = _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], -2)
+                nw = _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], -2)
                 if nw * _BLOCK < _SERIAL_BELOW:
-                    _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], -1)
+                    _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], -1)
                 else:
                     for w in prange(nw):
-                        _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], w)
+                        _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], w)
         p0 = p1
 
 
 @njit(nogil=True, cache=True)
-def _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, a, b, item):
+def _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, a, b, item):
     """Points of pass ``p`` with index in ``[a, b)`` along axis ``ax_s``: all of them
     (``item == -1``), only work item ``item >= 0``, or none (``item == -2``); returns the
     number of work items."""
@@ -207,13 +245,13 @@ def _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, a, b, item
     if item != -2:
         w0, w1 = (item, item + 1) if item >= 0 else (0, total)
         if mode == 0:
-            _rows_encode(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+            _rows_encode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
                          axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
         elif mode == 1:
-            _rows_decode(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+            _rows_decode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
                          axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
         else:
-            _rows_preview(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
+            _rows_preview(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
                           axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
     return total
 
@@ -221,28 +259,28 @@ def _pass(mode, x, codes, orig, shape, table, bounds, cubic, p, ax_s, a, b, item
 # One compiled row runner per mode (the mode is a constant inside each); no reference counting
 # (``_nrt=False``): they allocate nothing, and are called once per pass or work item.
 @njit(nogil=True, _nrt=False)
-def _rows_encode(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+def _rows_encode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
                  n_axis, d1, cub, eb, inv_bin, bin_width):
-    _run_rows(0, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+    _run_rows(0, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
               n_axis, d1, cub, eb, inv_bin, bin_width)
 
 
 @njit(nogil=True, _nrt=False)
-def _rows_decode(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+def _rows_decode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
                  n_axis, d1, cub, eb, inv_bin, bin_width):
-    _run_rows(1, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+    _run_rows(1, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
               n_axis, d1, cub, eb, inv_bin, bin_width)
 
 
 @njit(nogil=True, _nrt=False)
-def _rows_preview(x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+def _rows_preview(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
                   n_axis, d1, cub, eb, inv_bin, bin_width):
-    _run_rows(2, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+    _run_rows(2, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
               n_axis, d1, cub, eb, inv_bin, bin_width)
 
 
 @njit(inline="always")
-def _run_rows(mode, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
+def _run_rows(mode, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
           n_axis, d1, cub, eb, inv_bin, bin_width):
     """Work items ``w0 .. w1`` of a pass: item ``w`` is block ``w % nb`` (``_BLOCK`` points)
     of row ``w // nb``; rows run over axis 1 inside axis 0. The divisions are done once."""
@@ -252,7 +290,7 @@ def _run_rows(mode, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, step
     r1 = r % c1
     for _ in range(w0, w1):
         k0 = blk * _BLOCK
-        _row_work(mode, x, codes, orig, f0 + r0 * steps0, f1 + r1 * steps1, k0, min(c2, k0 + _BLOCK), f2, st2,
+        _row_work(mode, x, codes, orig, missing, f0 + r0 * steps0, f1 + r1 * steps1, k0, min(c2, k0 + _BLOCK), f2, st2,
                   mem0, n2, axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
         blk += 1
         if blk == nb:
@@ -264,7 +302,7 @@ def _run_rows(mode, x, codes, orig, w0, w1, nb, c1, c2, f0, f1, f2, steps0, step
 
 
 @njit(inline="always")
-def _row_work(mode, x, codes, orig, i0, i1, k0, k1, f2, st2, mem0, n2, axis, s, n_axis, d1, cub, eb, inv_bin,
+def _row_work(mode, x, codes, orig, missing, i0, i1, k0, k1, f2, st2, mem0, n2, axis, s, n_axis, d1, cub, eb, inv_bin,
               bin_width):
     """Points ``k0 .. k1`` of the row ``(i0, i1)`` of a pass; ``mode`` is a constant in each
     of the three compiled row runners above."""
@@ -274,6 +312,14 @@ def _row_work(mode, x, codes, orig, i0, i1, k0, k1, f2, st2, mem0, n2, axis, s, 
     ust = np.uint64(st2)
     u1 = np.uint64(d1)
     u3 = np.uint64(3 * d1)
+    if missing.shape[0] > 0:
+        # with a mask the rule depends on which neighbours are valid: chosen point by point
+        for k in range(k0, k1):
+            idx = urow + np.uint64(k) * ust
+            r = _masked_rule(missing, idx, u1, i0 if axis == 0 else (i1 if axis == 1 else f2 + k * st2), n_axis, s,
+                             cub)
+            _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), eb, inv_bin, bin_width)
+        return
     if axis != 2:
         # off axis 2 the rule is the same along the whole row
         rule = _rule(i0 if axis == 0 else i1, n_axis, s, cub)
@@ -355,27 +401,29 @@ def _rows(plan, steps, shape):
 _NO_CODES = np.empty(1, np.int32)
 
 
-def encode_passes(x, codes, orig, shape, table):
+def encode_passes(x, codes, orig, missing, shape, table):
     """Predict and quantize the points of the passes of ``table`` (from :func:`pass_table`).
 
     Args:
         x: flat working array (float32/float64); reconstructed values are written into it.
         codes: flat int32 array receiving the quantization codes.
-        orig: flat original values (same dtype as ``x``).
+        orig: flat original values (same dtype as ``x``), missing points NaN.
+        missing: flat uint8 mask (1 = missing), or an empty array without missing values:
+            predictions then read valid neighbours only where they can.
         shape: internal 3D shape, int64 array.
         table: from :func:`pass_table`.
     """
-    _runner(table)(0, x, codes, orig, shape, *table[:3])
+    _runner(table)(0, x, codes, orig, missing, shape, *table[:3])
 
 
-def decode_passes(x, codes, shape, table):
+def decode_passes(x, codes, missing, shape, table):
     """Reconstruct the points of the passes from their codes (see :func:`encode_passes`)."""
-    _runner(table)(1, x, codes, x, shape, *table[:3])
+    _runner(table)(1, x, codes, x, missing, shape, *table[:3])
 
 
-def preview_passes(x, shape, table):
+def preview_passes(x, missing, shape, table):
     """Fill the points of the passes with their prediction (no residual)."""
-    _runner(table)(2, x, _NO_CODES, x, shape, *table[:3])
+    _runner(table)(2, x, _NO_CODES, x, missing, shape, *table[:3])
 
 
 _sweep_serial = serial_variant(_sweep)
@@ -388,21 +436,22 @@ def _runner(table):
 
 
 @njit(nogil=True, cache=True)
-def _origin(x, codes, orig, eb):
+def _origin(x, codes, orig, eb, pred):
     inv_bin = 0.5 / eb if eb > 0 else 0.0
-    codes[0] = quantize_into(x, 0, np.float64(orig[0]), 0.0, eb, inv_bin, 2.0 * eb)
+    codes[0] = quantize_into(x, 0, np.float64(orig[0]), pred, eb, inv_bin, 2.0 * eb)
 
 
 @njit(nogil=True, cache=True)
-def _origin_decode(x, codes, eb):
-    dequantize_into(x, 0, codes[0], 0.0, 2.0 * eb)
+def _origin_decode(x, codes, eb, pred):
+    dequantize_into(x, 0, codes[0], pred, 2.0 * eb)
 
 
-def encode_origin(x, codes, orig, eb):
-    """Quantize the first point (the one-point starting grid) against a prediction of 0."""
-    _origin(x, codes, orig, eb)
+def encode_origin(x, codes, orig, eb, pred=0.0):
+    """Quantize the first point (the one-point starting grid) against the prediction
+    ``pred`` (0, or the mean of the valid values in a stream with missing values)."""
+    _origin(x, codes, orig, eb, float(pred))
 
 
-def decode_origin(x, codes, eb):
+def decode_origin(x, codes, eb, pred=0.0):
     """Reconstruct the first point (see :func:`encode_origin`)."""
-    _origin_decode(x, codes, eb)
+    _origin_decode(x, codes, eb, float(pred))

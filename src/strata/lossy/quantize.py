@@ -8,6 +8,10 @@ reconstruction, after rounding to the data dtype, is farther than ``eb`` from th
 Unpredictable values are stored exactly, so every decoded value is within ``eb`` -- the bound
 is checked on the rounded value, in float64, the same way a user checks it.
 
+A *missing* value (marked NaN in the encoder's working copy, see :mod:`strata.lossy.missing`)
+gets code ``MISSING`` (``q = 0``) and is reconstructed as its prediction: the decoder, which
+knows the mask, rebuilds it with the same dequantization and codes no symbol for it.
+
 Method: SZ3's ``LinearQuantizer`` (Liang et al., "SZ3: A Modular Framework for Composing
 Prediction-Based Error-Bounded Lossy Compressors", IEEE TBD 2022, Sec. IV-B), with bin width
 ``2 * eb``. The code space reserves ``UNPREDICTABLE`` for stored values.
@@ -25,6 +29,8 @@ from numba import njit
 RADIUS = 1 << 20
 #: Quantization code stored for an unpredictable value (codes are ``q + RADIUS`` otherwise).
 UNPREDICTABLE = 0
+#: Code of a missing value (``q = 0``: its reconstruction is the prediction).
+MISSING = RADIUS
 
 
 @njit(inline="always")
@@ -33,7 +39,9 @@ def quantize_into(x, idx, value, pred, eb, inv_bin, bin_width):
 
     Returns the quantization code (``q + RADIUS``) or ``UNPREDICTABLE``, in which case
     ``x[idx]`` holds ``value`` exactly. ``x`` is the working array of the data dtype, so the
-    assignment performs the dtype rounding that the decoder performs too.
+    assignment performs the dtype rounding that the decoder performs too. A NaN ``value``
+    is a missing point: code ``MISSING``, reconstructed exactly as :func:`dequantize_into`
+    does (the test sits on the rare path, so it costs nothing on the common one).
     """
     q = np.rint((value - pred) * inv_bin)
     if abs(q) < RADIUS:
@@ -42,6 +50,9 @@ def quantize_into(x, idx, value, pred, eb, inv_bin, bin_width):
         # a zero bound is bit-exact: -0.0 is not +0.0
         if abs(r - value) <= eb and (eb > 0 or np.signbit(r) == np.signbit(value)):
             return np.int32(q) + RADIUS
+    elif value != value:
+        x[idx] = pred + 0.0 * bin_width
+        return np.int32(MISSING)
     x[idx] = value
     return UNPREDICTABLE
 
@@ -62,8 +73,8 @@ def quantize_reference(values: np.ndarray, preds: np.ndarray, eb: float):
         eb: absolute error bound (> 0).
 
     Returns:
-        ``(codes, recon)``: int64 codes (``UNPREDICTABLE`` where stored exactly) and the
-        reconstruction in the dtype of ``values``.
+        ``(codes, recon)``: int64 codes (``UNPREDICTABLE`` where stored exactly, ``MISSING``
+        where ``values`` is NaN) and the reconstruction in the dtype of ``values``.
     """
     v64 = values.astype(np.float64)
     q = np.rint((v64 - preds) / (2.0 * eb))
@@ -73,6 +84,7 @@ def quantize_reference(values: np.ndarray, preds: np.ndarray, eb: float):
     ok &= np.abs(recon.astype(np.float64) - v64) <= eb
     if eb == 0:
         ok &= np.signbit(recon) == np.signbit(values)
-    codes = np.where(ok, q.astype(np.int64) + RADIUS, UNPREDICTABLE)
-    recon = np.where(ok, recon, values)
+    missing = np.isnan(v64)
+    codes = np.where(ok, q.astype(np.int64) + RADIUS, np.where(missing, MISSING, UNPREDICTABLE))
+    recon = np.where(ok | missing, recon, values)
     return codes, recon

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..container import KIND_LOSSY, Source, SourceLike, check_crc, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError
-from . import chunks, nonfinite
+from . import chunks, exact, mask, missing
+from . import metadata as meta
 from .codec import level_geometry
 from .header import LossyHeader
 from .partition import Box, as_3d_shape, grid_shape
@@ -73,19 +74,30 @@ class LossyReader:
 
     def __init__(self, source: SourceLike):
         self._src = source if isinstance(source, Source) else Source(source)
+        try:
+            self._open()
+        except BaseException:
+            self._src.close()
+            raise
+
+    def _open(self) -> None:
         raw, off = unpack_header(self._src, KIND_LOSSY)
         self.header = h = LossyHeader.from_bytes(raw, self._src.size)
         self._part = h.partition() if h.size else None
-        self._nf_offset = off
-        off += h.nonfinite_len
+        self._exact_offset = off
+        off += h.exact_len
+        self._metadata_offset = off
+        off += h.metadata_len
         self._level_offsets = []
         for lv in h.levels:
             self._level_offsets.append(off)
-            off += lv.head_len + lv.payload_len
+            off += lv.total
         if off > self._src.size:
             raise TruncatedStreamError(f"stream truncated: its sections need {off} bytes, "
                                        f"it has {self._src.size}")
         self._tables: dict[int, _LevelTables] = {}
+        self._mask_index: dict[int, tuple[np.ndarray, list]] = {}
+        self._metadata = None
         if self._part is not None:
             self._bounds = h.step_bounds(self._part.steps)
 
@@ -100,8 +112,44 @@ class LossyReader:
 
     @property
     def error_bound(self) -> float:
-        """Absolute error bound of the full-resolution data."""
+        """Absolute error bound of the full-resolution data (on its valid values)."""
         return self.header.eb
+
+    @property
+    def missing_count(self) -> int:
+        """Number of missing values (NaN, fill value or masked when compressed)."""
+        return self.header.missing_count
+
+    @property
+    def fill_value(self):
+        """The value most missing points hold (a scalar of the stream's dtype; NaN when they
+        are NaN), or None when nothing is missing."""
+        if not self.header.missing_count:
+            return None
+        return np.frombuffer(self.header.fill_bits, np.dtype(self.header.dtype))[0]
+
+    @property
+    def valid_range(self) -> tuple[float, float] | None:
+        """``(min, max)`` of the valid (finite, non-missing) values, or None when the stream
+        does not record it (no valid value, or a stream from before this field existed)."""
+        return self.header.valid_range
+
+    @property
+    def mask_bytes(self) -> int:
+        """Bytes of the mask sections (all levels)."""
+        return sum(lv.mask_index_len + lv.mask_len for lv in self.header.levels)
+
+    @property
+    def metadata(self) -> dict | None:
+        """The metadata the stream was given (:func:`strata.lossy.compress`), or None.
+
+        Raises:
+            CorruptStreamError: the metadata section is damaged.
+        """
+        if self._metadata is None and self.header.metadata_len:
+            self._metadata = meta.parse(self._src.read(self._metadata_offset, self.header.metadata_len,
+                                                       "metadata section"))
+        return self._metadata
 
     @property
     def levels(self) -> list[LevelInfo]:
@@ -123,7 +171,7 @@ class LossyReader:
                 stride, shape = stride[3 - nd:], shape[3 - nd:]
             lv = self.header.levels[k]
             out.append(LevelInfo(k, tuple(shape), tuple(stride), worst,
-                                 lv.head_len + lv.payload_len, part.level_points(k), self._level_offsets[k]))
+                                 lv.total, part.level_points(k), self._level_offsets[k]))
         return out
 
     def settings_text(self) -> str:
@@ -146,7 +194,7 @@ class LossyReader:
         self.close()
 
     # ------------------------------------------------------------------ decoding
-    def read(self, level: int | None = None, region=None, *, full_resolution: bool = True,
+    def read(self, level: int | None = None, region=None, *, full_resolution: bool = True, masked: bool = False,
              progress=None) -> np.ndarray:
         """Decode the data.
 
@@ -159,10 +207,12 @@ class LossyReader:
                 the full-resolution array; only the chunks it needs are read and decoded.
                 The result equals the same selection of a full decode, bit for bit.
             full_resolution: see ``level``.
+            masked: return a ``numpy.ma.MaskedArray`` whose mask marks the missing values.
             progress: optional callable ``progress(done, total)`` called after each level.
 
         Returns:
-            ndarray of the stream's dtype.
+            ndarray of the stream's dtype (missing points hold their original bits, in a
+            preview too), or a MaskedArray with ``masked=True``.
 
         Raises:
             InvalidInputError: ``level`` out of range, bad ``region``, or a region with
@@ -171,9 +221,9 @@ class LossyReader:
         """
         h, part = self.header, self._part
         if part is None:
-            if region is not None:
-                return np.empty(h.shape, self.dtype)[region]
-            return np.empty(h.shape, self.dtype)
+            out = np.empty(h.shape, self.dtype)
+            out = out[region] if region is not None else out
+            return np.ma.MaskedArray(out, mask=np.zeros(out.shape, bool)) if masked else out
         last = part.num_levels - 1
         if level is None:
             level = last
@@ -184,19 +234,47 @@ class LossyReader:
             raise InvalidInputError("a region is read at full resolution")
         box = self._region_box(region) if region is not None else None
         if box is not None and box.empty():
-            return np.empty(self.shape, self.dtype)[region]
+            out = np.empty(self.shape, self.dtype)[region]
+            return np.ma.MaskedArray(out, mask=np.zeros(out.shape, bool)) if masked else out
         x = np.empty(part.points((1, 1, 1)), dtype=self.dtype)
         codes = np.empty(x.size, dtype=np.int32)
-        self._decode(x, codes, level, box, full_resolution, progress or (lambda done, total: None))
-        if h.nonfinite_len:
-            nonfinite.restore(self._src.read(self._nf_offset, h.nonfinite_len, "non-finite section"), x)
+        miss = np.zeros(x.size, np.uint8) if h.missing_count else missing.NO_MISSING
+        self._decode(x, codes, miss, level, box, full_resolution, progress or (lambda done, total: None))
+        if h.missing_count:
+            missing.fill_into(x, miss, h.fill_bits)
+        if h.exact_len:
+            exact.restore(self._src.read(self._exact_offset, h.exact_len, "exact-value section"), x)
+        m = miss.view(np.bool_) if h.missing_count else np.zeros(x.size, np.bool_)
         if not full_resolution:
             q = part.level_stride(level)
-            g = x.reshape(part.shape)[::q[0], ::q[1], ::q[2]]
             nd = len(self.shape)
-            return np.array(g.reshape(g.shape[3 - nd:]) if nd <= 3 else g)
-        out = x.reshape(self.shape)
-        return np.array(out[region]) if region is not None else out
+            out, m = (np.array(g.reshape(g.shape[3 - nd:]) if nd <= 3 else g)
+                      for g in (v.reshape(part.shape)[::q[0], ::q[1], ::q[2]] for v in (x, m)))
+        else:
+            out, m = x.reshape(self.shape), m.reshape(self.shape)
+            if region is not None:
+                out, m = np.array(out[region]), np.array(m[region])
+        return np.ma.MaskedArray(out, mask=m) if masked else out
+
+    def read_mask(self, region=None) -> np.ndarray:
+        """The missing-value mask (bool, ``True`` = missing) of the array or of ``region``
+        (as in :meth:`read`); only the mask chunks the region touches are decoded.
+
+        Raises:
+            InvalidInputError: bad ``region``.
+            CorruptStreamError, TruncatedStreamError: the mask bytes needed are damaged.
+        """
+        part = self._part
+        box = self._region_box(region) if region is not None else None
+        if part is None or not self.header.missing_count or (box is not None and box.empty()):
+            m = np.zeros(self.shape, bool)
+            return np.array(m[region]) if region is not None else m
+        miss = np.zeros(part.points((1, 1, 1)), np.uint8)
+        _, _, mask_chunks = self._plan(0, box, True)
+        for lv in range(part.num_levels):
+            self._decode_mask(lv, mask_chunks[lv], miss)
+        m = miss.view(np.bool_).reshape(self.shape)
+        return np.array(m[region]) if region is not None else m
 
     def _region_box(self, region) -> Box:
         shape = self.shape
@@ -234,36 +312,57 @@ class LossyReader:
         return Box((m_lo, lo[-2], lo[-1]), (m_hi, hi[-2], hi[-1]))
 
     def _plan(self, level: int, box: Box | None, full_resolution: bool):
-        """Per step the passes to run, per level the chunks to decode."""
+        """Per step the passes to run; per level ``0..level`` the chunks of codes to decode;
+        per level the mask chunks to decode (none without missing values): those of levels
+        ``0..level``, or ``0..last`` for a full-resolution read, whose previews need the mask."""
         part = self._part
         last_step = len(part.steps) - 1 if full_resolution else part.base_steps + level - 1
         step_passes = part.plan_passes(box, last_step, part.base_steps)
-        level_chunks: dict[int, np.ndarray] = {}
+        level_chunks: dict[int, np.ndarray] = {0: np.zeros(1, np.int64)}
+        hulls: dict[int, Box | None] = {}
         need_codes = None
         for lv in range(level, 0, -1):
             tile = self._level_tables(lv).tile
             if box is None:
                 level_chunks[lv] = np.arange(part.chunk_boxes(lv, tile).shape[0])
                 continue
-            passes = step_passes[part.base_steps + lv - 1]
-            cbox = passes[0].box
+            cbox = step_passes[part.base_steps + lv - 1][0].box
             if need_codes is not None:
                 cbox = cbox.hull(need_codes)
             ids = part.chunks_touching(lv, cbox, tile)
             level_chunks[lv] = ids
-            hull = part.chunk_hull(lv, ids, tile)
+            hulls[lv] = hull = part.chunk_hull(lv, ids, tile)
             need_codes = hull if need_codes is None or hull is None else hull.hull(need_codes)
-        return step_passes, level_chunks
+        mask_chunks: dict[int, np.ndarray] = {}
+        if self.header.missing_count:
+            top = part.num_levels - 1 if full_resolution else level
+            mask_chunks[0] = np.zeros(1, np.int64)
+            need = None
+            for lv in range(top, 0, -1):
+                if box is None:
+                    mask_chunks[lv] = np.arange(part.chunk_boxes(lv).shape[0])
+                    continue
+                # the mask where the level's codes are decoded (or its preview runs), and the
+                # coarser mask inside the finer level's mask chunks
+                mbox = hulls.get(lv) if lv <= level else step_passes[part.base_steps + lv - 1][0].box
+                mbox = need if mbox is None else (mbox if need is None else mbox.hull(need))
+                ids = part.chunks_touching(lv, mbox) if mbox is not None else np.zeros(0, np.int64)
+                mask_chunks[lv] = ids
+                hull = part.chunk_hull(lv, ids)
+                need = hull if need is None or hull is None else hull.hull(need)
+        return step_passes, level_chunks, mask_chunks
 
-    def _decode(self, x, codes, level, box, full_resolution, report):
+    def _decode(self, x, codes, miss, level, box, full_resolution, report):
         part, h = self._part, self.header
-        step_passes, level_chunks = self._plan(level, box, full_resolution)
+        step_passes, level_chunks, mask_chunks = self._plan(level, box, full_resolution)
+        for lv in sorted(mask_chunks):  # the mask of every level the read touches, before the codes
+            self._decode_mask(lv, mask_chunks[lv], miss)
         # base grid: one chunk, every step
         shape = np.array(part.shape, np.int64)
-        self._decode_chunks(0, np.zeros(1, np.int64), x, codes)
-        decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb)
+        self._decode_chunks(0, level_chunks[0], x, codes, miss)
+        decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb, h.origin_pred)
         base_plan = part.plan_passes(None, part.base_steps - 1)
-        decode_passes(x, codes, shape, pass_table(base_plan, self._bounds, h.cubic, part, ("rows", "base")))
+        decode_passes(x, codes, miss, shape, pass_table(base_plan, self._bounds, h.cubic, part, ("rows", "base")))
         total = len(step_passes) + 1
         report(1, total)
         for i in range(part.base_steps, len(part.steps)):
@@ -273,10 +372,10 @@ class LossyReader:
             table = pass_table({i: step_passes[i]}, self._bounds, h.cubic, part,
                                ("rows", "step", i) if box is None else None)
             if lv <= level:
-                self._decode_chunks(lv, level_chunks[lv], x, codes)
-                decode_passes(x, codes, shape, table)
+                self._decode_chunks(lv, level_chunks[lv], x, codes, miss)
+                decode_passes(x, codes, miss, shape, table)
             else:
-                preview_passes(x, shape, table)
+                preview_passes(x, miss, shape, table)
             report(i - part.base_steps + 2, total)
 
     def _level_tables(self, lv: int) -> _LevelTables:
@@ -299,15 +398,10 @@ class LossyReader:
         self._tables[lv] = t
         return t
 
-    def _decode_chunks(self, lv: int, ids: np.ndarray, x, codes) -> None:
-        if len(ids) == 0:
-            return
-        t = self._level_tables(lv)
-        entry = self.header.levels[lv]
-        base = self._level_offsets[lv] + entry.head_len
-        ids = np.sort(np.asarray(ids, dtype=np.int64))
-        id_list, offsets = ids.tolist(), t.offset_list
-        # read runs of consecutive chunks, checking each chunk's CRC-32
+    def _read_chunks(self, offset: int, offsets: list, crcs: list, ids: np.ndarray, what: str, pad: int):
+        """Read chunks ``ids`` (sorted) of a payload at ``offset`` in runs of consecutive
+        chunks, checking each one's CRC-32: ``(padded uint8 copy, starts, ends)``."""
+        id_list = ids.tolist()
         parts, starts, ends = [], [], []
         pos = 0
         j = 0
@@ -316,31 +410,58 @@ class LossyReader:
             while k + 1 < len(id_list) and id_list[k + 1] == id_list[k] + 1:
                 k += 1
             a, b = offsets[id_list[j]], offsets[id_list[k] + 1]
-            data = self._src.read(base + a, b - a, f"level {lv} chunks")
+            data = self._src.read(offset + a, b - a, what)
             for c in id_list[j:k + 1]:
                 s0, s1 = offsets[c] - a, offsets[c + 1] - a
-                check_crc(data[s0:s1], t.crcs[c], f"level {lv} chunk {c}")
+                check_crc(data[s0:s1], crcs[c], f"{what} {c}")
                 starts.append(pos + s0)
                 ends.append(pos + s1)
             parts.append(data)
             pos += b - a
             j = k + 1
-        # a copy with padding: the decoder reads a few bytes past a section's end (never used)
-        payload = np.zeros(pos + _PAD, np.uint8)
+        # a copy with padding: the decoders read a few bytes past a section's end (never used)
+        payload = np.zeros(pos + pad, np.uint8)
         q = 0
         for data in parts:
             payload[q:q + len(data)] = np.frombuffer(data, np.uint8)
             q += len(data)
-        starts, ends = np.array(starts, np.int64), np.array(ends, np.int64)
+        return payload, np.array(starts, np.int64), np.array(ends, np.int64)
+
+    def _decode_chunks(self, lv: int, ids: np.ndarray, x, codes, miss) -> None:
+        if len(ids) == 0:
+            return
+        t = self._level_tables(lv)
+        entry = self.header.levels[lv]
+        base = self._level_offsets[lv] + entry.head_len + entry.mask_index_len + entry.mask_len
+        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        payload, starts, ends = self._read_chunks(base, t.offset_list, t.crcs, ids, f"level {lv} chunk", _PAD)
         shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv, t.tile)
         errors = np.zeros(len(ids), np.int64)
         small = len(ids) == 1
-        chunks.runner(chunks.decode, small)(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, shape,
-                                            stride, refined, base_flag, boxes, *t.dtab, errors,
+        chunks.runner(chunks.decode, small)(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, miss,
+                                            shape, stride, refined, base_flag, boxes, *t.dtab, errors,
                                             chunks.workers(len(ids)))
         if errors.any():
             j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")
+
+    def _decode_mask(self, lv: int, ids: np.ndarray, miss: np.ndarray) -> None:
+        """Decode the mask bits of mask chunks ``ids`` of level ``lv`` into ``miss`` (the mask
+        is chunked at the default chunk edge, whatever edge the level's codes use)."""
+        if len(ids) == 0:
+            return
+        entry = self.header.levels[lv]
+        geometry = level_geometry(self._part, lv)
+        if lv not in self._mask_index:
+            index = self._src.read(self._level_offsets[lv] + entry.head_len, entry.mask_index_len,
+                                   f"level {lv} mask index")
+            offsets, crcs = mask.parse_index(index, entry.mask_len, len(geometry[-1]))
+            self._mask_index[lv] = (np.asarray(offsets).tolist(), crcs)
+        offsets, crcs = self._mask_index[lv]
+        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        payload, starts, ends = self._read_chunks(self._level_offsets[lv] + entry.head_len + entry.mask_index_len,
+                                                  offsets, crcs, ids, f"level {lv} mask chunk", mask.PAD)
+        mask.decode_chunks(payload, starts, ends, ids, miss, *geometry)
 
 
 def open_stream(source: SourceLike) -> LossyReader:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from .missing import NO_MISSING
 from .partition import Box, Partition, as_3d_shape
 from .predict import _first, encode_origin, encode_passes, pass_table
 from .quantize import RADIUS, UNPREDICTABLE
@@ -84,8 +85,9 @@ def roughness(a3: np.ndarray) -> list[float]:
             continue
         # about 64 whole lines along d, spread over the other axes
         sl = tuple(slice(None) if e == d else slice(None, None, max(1, a3.shape[e] // 8)) for e in range(3))
-        v = a3[sl].astype(np.float64)
-        out.append(float(np.mean(np.abs(np.diff(v, axis=d)))))
+        diff = np.abs(np.diff(a3[sl].astype(np.float64), axis=d))
+        diff = diff[np.isfinite(diff)]  # (missing points are NaN)
+        out.append(float(diff.mean()) if diff.size else 0.0)
     return out
 
 
@@ -109,7 +111,8 @@ def sample_boxes(shape3) -> list[Box] | None:
             for a in axes[0] for b in axes[1] for c in axes[2]]
 
 
-def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None, x=None):
+def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None, x=None, origin_pred=0.0,
+                  missing=None):
     """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``), and the
     trial's quantization codes (int32, full-resolution layout; complete when ``boxes`` is
     None, i.e. the trial covered the whole array, and then equal to what
@@ -117,7 +120,8 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
 
     ``plans`` (from :func:`plan`) and the working copy ``x`` of ``flat`` may be shared by
     settings that differ only in interpolation order (a trial computes every point it
-    writes before reading it)."""
+    writes before reading it). Missing points (NaN in ``flat``, 1 in the flat uint8 ``missing``)
+    are left out of the estimate; ``origin_pred`` is the first point's prediction."""
     from .header import LossyHeader
 
     part, plans = plans or plan(shape3, settings, boxes)
@@ -127,7 +131,7 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     n_steps = len(part.steps)
     codes = np.empty(flat.size, np.int32)
     x = flat.copy() if x is None else x
-    encode_origin(x, codes, flat, bounds[0] if bounds else eb)
+    encode_origin(x, codes, flat, bounds[0] if bounds else eb, origin_pred)
     if n_steps == 0:
         return 0.0, codes
     shape = np.array(shape3, np.int64)
@@ -137,9 +141,9 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
               for i in range(n_steps)}
     table = pass_table(merged, bounds, lambda i: settings.cubic, part, ("rows", "trial", boxes is None))
     step_of = table[0][:, 14].copy()
-    encode_passes(x, codes, flat, shape, table)
+    encode_passes(x, codes, flat, NO_MISSING if missing is None else missing, shape, table)
     hist = np.zeros((n_steps, _CLIP + 2), np.int64)
-    _histogram(codes, shape, table[0], step_of, hist)
+    _histogram(codes, flat, shape, table[0], step_of, hist)
     level_points = np.array(part.step_points, np.float64)
     return _bits(hist, level_points, flat.dtype.itemsize * 8), codes
 
@@ -178,9 +182,10 @@ def sample_bits(sample, n_points, value_bits):
 
 
 @njit(nogil=True, cache=True)
-def _histogram(codes, shape, table, step_of, hist):
+def _histogram(codes, flat, shape, table, step_of, hist):
     """Add the codes of each pass of ``table`` to ``hist[step_of[p]]``: ``|q|`` clipped to
-    ``_CLIP``, unpredictable values in the last column."""
+    ``_CLIP``, unpredictable values in the last column; missing points (NaN in ``flat``)
+    have no symbol and are left out."""
     n1, n2 = shape[1], shape[2]
     for p in range(table.shape[0]):
         i = step_of[p]
@@ -189,6 +194,8 @@ def _histogram(codes, shape, table, step_of, hist):
                 row = (i0 * n1 + i1) * n2
                 for i2 in range(_first(table[p, 4], table[p, 7], table[p, 10]), table[p, 13], table[p, 7]):
                     c = codes[row + i2]
+                    if flat[row + i2] != flat[row + i2]:
+                        continue
                     if c == UNPREDICTABLE:
                         hist[i, _CLIP + 1] += 1
                     else:
@@ -207,9 +214,11 @@ def plan(shape3, settings, boxes):
     return part, part.cache[key]
 
 
-def choose(a: np.ndarray, eb: float):
-    """Settings for compressing ``a`` (float array) with absolute bound ``eb``, and the
-    winning trial's codes when the trials covered the whole array (small arrays), else None."""
+def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarray | None = None):
+    """Settings for compressing ``a`` (float array, missing points NaN, flagged in the flat
+    uint8 ``missing``) with absolute bound ``eb`` and first-point prediction ``origin_pred``,
+    and the winning trial's codes when the trials covered the whole array (small arrays), else
+    None."""
     shape3 = as_3d_shape(a.shape)
     cands = candidates(a.reshape(shape3))
     if eb == 0 or len(cands) == 1:
@@ -223,7 +232,7 @@ def choose(a: np.ndarray, eb: float):
         if key not in plans:
             plans[key] = plan(shape3, c, boxes)
             work[key] = flat.copy()
-        bits, codes = estimate_bits(flat, shape3, eb, c, boxes, plans[key], work[key])
+        bits, codes = estimate_bits(flat, shape3, eb, c, boxes, plans[key], work[key], origin_pred, missing)
         if best_bits is None or bits < best_bits:
             best, best_bits, best_codes = c, bits, codes
     return best, (best_codes if boxes is None else None)

@@ -1,0 +1,57 @@
+"""Values stored bit-exactly apart from the coded ones: +-Inf, and missing values whose bits
+differ from the stream's fill pattern (a NaN with another payload, a second fill value).
+
+The error bound applies to the valid values; these are restored with their exact bit
+pattern (signs and NaN payloads included) after decoding (see :mod:`strata.lossy.missing`
+for the whole missing-value contract).
+
+Section layout: ``varint count | varint gaps between successive flat positions | raw values
+(dtype, little-endian) | u32 CRC-32``.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..container import Reader, Writer, check_crc, crc32
+from ..errors import CorruptStreamError
+
+
+def section(flat: np.ndarray, positions: np.ndarray) -> bytes:
+    """The section storing ``flat[positions]`` (``positions`` increasing flat indices);
+    empty when there are none."""
+    if positions.size == 0:
+        return b""
+    w = Writer().varint(len(positions))
+    prev = 0
+    for p in positions.tolist():
+        w.varint(p - prev)
+        prev = p
+    w.raw(flat[positions].tobytes())
+    body = w.getvalue()
+    return body + struct.pack("<I", crc32(body))
+
+
+def restore(data, out_flat: np.ndarray) -> None:
+    """Write the stored values into ``out_flat`` (flat array of the stream's shape and dtype).
+
+    Raises:
+        CorruptStreamError: checksum mismatch or inconsistent section.
+    """
+    data = memoryview(data).cast("B")
+    if len(data) < 4:
+        raise CorruptStreamError("exact-value section too short")
+    body = data[:-4]
+    check_crc(body, struct.unpack("<I", data[-4:])[0], "exact-value section")
+    r = Reader(body, "exact-value section")
+    n = r.varint(out_flat.size)
+    if n > len(body):
+        raise CorruptStreamError("exact-value section lists more values than it holds")
+    gaps = np.fromiter((r.varint(out_flat.size) for _ in range(n)), dtype=np.int64, count=n)
+    pos = np.cumsum(gaps)
+    if n and (pos[-1] >= out_flat.size or (n > 1 and not (gaps[1:] > 0).all())):
+        raise CorruptStreamError("exact-value positions outside the array or not increasing")
+    vals = np.frombuffer(r.raw(n * out_flat.itemsize), dtype=out_flat.dtype)
+    r.done()
+    out_flat[pos] = vals

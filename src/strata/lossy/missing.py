@@ -1,0 +1,157 @@
+"""Missing values: which points are missing, and how every one comes back bit for bit.
+
+Contract of :func:`strata.lossy.compress`:
+
+* A point is *missing* when it is NaN (always), equal to ``fill_value`` (CF ``_FillValue`` /
+  ``missing_value`` semantics; a NaN ``fill_value`` means NaN), ``True`` in ``mask``
+  (numpy.ma convention; a mask may broadcast to the array, e.g. one land mask for every time
+  step), or masked in a ``numpy.ma.MaskedArray`` passed as the array.
+* ``+-Inf`` that are not missing are *exact values*: stored bit for bit at their positions
+  (:mod:`strata.lossy.exact`); the prediction sees the mean of the valid values there.
+* *Valid* values are the finite, non-missing ones: the error bound holds on each of them, and
+  a value-range-relative bound is relative to their range. With no valid value the bound in
+  force is 0 (nothing is lossy).
+* Every missing point decodes to its original bit pattern: the most common pattern among the
+  missing points (the *fill pattern*) is kept in the header, the others are exact values.
+
+How missing points are coded (after the issue's design; compare SZ3 and ZFP, which take no
+mask): the mask is coded losslessly per level and chunk (:mod:`strata.lossy.mask`), so the
+decoder knows it before the codes. A missing point gets no symbol; it is reconstructed as
+its own interpolated prediction, so the points that read it see a smooth continuation of
+their valid neighbours, never a coastline jump to a fill value. The first point, when
+missing, is predicted as the mean of the valid values (kept in the header) instead of 0.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidInputError
+
+#: The compiled kernels' ``missing`` argument (flat uint8 mask) when nothing is missing.
+NO_MISSING = np.zeros(0, np.uint8)
+
+
+@dataclass
+class Prepared:
+    """What the encoder needs from :func:`prepare`.
+
+    Attributes:
+        work: flat copy of the data for prediction: missing points NaN (the quantizer's
+            marker), non-missing infinities the mean of the valid values.
+        missing: flat uint8 mask (1 = missing), or None when no point is missing.
+        count: number of missing points.
+        fill_bits: the fill pattern (``itemsize`` bytes; empty when nothing is missing).
+        exact: increasing flat positions of the exact values.
+        valid_mean: mean of the valid values (0.0 without any).
+        valid_range: ``(min, max)`` of the valid values, or None without any.
+    """
+
+    work: np.ndarray
+    missing: np.ndarray | None
+    count: int
+    fill_bits: bytes
+    exact: np.ndarray
+    valid_mean: float
+    valid_range: tuple[float, float] | None
+
+
+def split_masked(array):
+    """``(data, mask)`` of a ``numpy.ma.MaskedArray`` (mask None if nothing is masked), else
+    ``(array, None)``."""
+    if not np.ma.isMaskedArray(array):
+        return array, None
+    m = np.ma.getmaskarray(array)
+    return np.ma.getdata(array), (m if m.any() else None)
+
+
+def _check_mask(mask, shape) -> np.ndarray:
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        if m.dtype.kind not in "iu" or (m.size and not np.isin(m, (0, 1)).all()):
+            raise InvalidInputError(f"mask must be boolean (True = missing), not {m.dtype}")
+        m = m.astype(np.bool_)
+    try:
+        return np.broadcast_to(m, shape)
+    except ValueError as exc:
+        raise InvalidInputError(f"mask of shape {m.shape} does not match the array's shape {shape}") from exc
+
+
+def _check_fill(fill_value, dtype: np.dtype):
+    """The fill value as a scalar of ``dtype``; None for none; NaN means NaN-missing."""
+    if fill_value is None:
+        return None
+    if np.ndim(fill_value) != 0:
+        raise InvalidInputError(f"fill_value must be a scalar, not {fill_value!r}")
+    try:
+        v = float(fill_value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"fill_value must be a number, not {fill_value!r}") from exc
+    if math.isnan(v):
+        return None  # NaN is always missing
+    with np.errstate(over="ignore", under="ignore"):
+        cast = dtype.type(v)
+    # a value of the dtype, or the nearest one (1e20 for float32 data means float32(1e20));
+    # not one that overflows, underflows or loses precision as a subnormal
+    if math.isinf(v) != math.isinf(float(cast)) or abs(float(cast) - v) > abs(v) * float(np.finfo(dtype).eps):
+        raise InvalidInputError(f"fill_value {fill_value!r} cannot be represented in {dtype}")
+    return cast
+
+
+def find(a: np.ndarray, mask=None, fill_value=None) -> np.ndarray:
+    """Flat boolean array of the missing points of ``a`` (float array, C-contiguous).
+
+    Raises:
+        InvalidInputError: a mask that is not boolean or does not broadcast to ``a.shape``,
+            a fill value that is not a number or not exactly representable in ``a.dtype``.
+    """
+    flat = a.reshape(-1)
+    out = np.isnan(flat)
+    fill = _check_fill(fill_value, a.dtype)
+    if fill is not None:
+        out |= flat == fill
+    if mask is not None:
+        out |= _check_mask(mask, a.shape).reshape(-1)
+    return out
+
+
+def prepare(a: np.ndarray, missing: np.ndarray) -> Prepared:
+    """Split ``a`` (C-contiguous float array) into what is coded and what is kept apart, given
+    its flat boolean ``missing`` (from :func:`find`)."""
+    flat = a.reshape(-1)
+    finite = np.isfinite(flat)
+    valid = finite & ~missing
+    n_valid = int(np.count_nonzero(valid))
+    if n_valid == flat.size:
+        return Prepared(flat, None, 0, b"", np.zeros(0, np.int64), 0.0, _range(flat))
+    vals = flat[valid]
+    mean = float(vals.astype(np.float64).mean()) if n_valid else 0.0
+    work = flat.copy()
+    inf = ~finite & ~missing
+    work[inf] = mean
+    count = int(np.count_nonzero(missing))
+    exact = np.flatnonzero(inf)
+    fill_bits = b""
+    if count:
+        work[missing] = np.nan
+        bits = flat.view(f"u{flat.itemsize}")
+        pos = np.flatnonzero(missing)
+        patterns, counts = np.unique(bits[pos], return_counts=True)
+        main = patterns[np.argmax(counts)]
+        fill_bits = np.array(main, dtype=f"<u{flat.itemsize}").tobytes()
+        if len(patterns) > 1:
+            exact = np.union1d(exact, pos[bits[pos] != main])
+    return Prepared(work, missing.view(np.uint8) if count else None, count, fill_bits, exact, mean,
+                    _range(vals) if n_valid else None)
+
+
+def _range(vals: np.ndarray) -> tuple[float, float] | None:
+    return (float(vals.min()), float(vals.max())) if vals.size else None
+
+
+def fill_into(out_flat: np.ndarray, missing: np.ndarray, fill_bits: bytes) -> None:
+    """Write the fill pattern into the missing points of ``out_flat`` (``missing`` flat uint8)."""
+    bits = f"u{out_flat.itemsize}"
+    out_flat.view(bits)[missing.view(np.bool_)] = np.frombuffer(fill_bits, "<" + bits)[0]

@@ -1,0 +1,254 @@
+"""Missing values (NaN, fill values, masks): the bound on every valid value, every missing
+point bit-exact, the mask coded per level and read per region, and bad input refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import strata
+from strata.container import Source, pack, unpack_header
+from strata.errors import CorruptStreamError, InvalidInputError, StrataError
+from strata.lossy.header import LossyHeader
+from strata.lossy.metadata import MAX_METADATA_BYTES
+
+from .conftest import SCI
+
+
+def _check(a, y, missing, eb):
+    """Bound on every valid value (float64), exact bits on every missing point."""
+    bits = f"u{a.dtype.itemsize}"
+    assert np.array_equal(a[missing].view(bits), y[missing].view(bits))
+    valid = ~missing & np.isfinite(a)
+    if valid.any():
+        assert np.abs(y[valid].astype(np.float64) - a[valid].astype(np.float64)).max() <= eb
+    inf = ~missing & np.isinf(a)
+    assert np.array_equal(a[inf], y[inf])
+
+
+def _smooth(shape, seed, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape)
+    for ax in range(a.ndim):
+        a = np.cumsum(a, axis=ax)
+    return a.astype(dtype)
+
+
+def _blobs(shape, seed, share):
+    """A coherent random mask (thresholded smooth noise) with about ``share`` missing."""
+    f = _smooth(shape, seed, np.float64)
+    return f > np.quantile(f, 1 - share) if share > 0 else np.zeros(shape, bool)
+
+
+shapes = st.sampled_from([(1,), (37,), (5, 9), (40, 33), (3, 17, 20), (12, 16, 16), (2, 3, 9, 11), (1, 1, 1)])
+
+
+@given(shape=shapes, seed=st.integers(0, 2**16), share=st.sampled_from([0.0, 0.05, 0.3, 0.9, 1.0]),
+       kind=st.sampled_from(["nan", "fill", "mask", "ma", "payloads"]), dtype=st.sampled_from([np.float32, np.float64]),
+       coherent=st.booleans(), rel=st.sampled_from([1e-2, 1e-4, 0.0]))
+def test_random_masks_round_trip(shape, seed, share, kind, dtype, coherent, rel):
+    rng = np.random.default_rng(seed)
+    a = _smooth(shape, seed, dtype)
+    miss = _blobs(shape, seed + 1, share) if coherent else rng.random(shape) < share
+    kwargs = {}
+    if kind == "nan":
+        a[miss] = np.nan
+    elif kind == "fill":
+        a[miss] = dtype(1e20)
+        kwargs["fill_value"] = 1e20
+    elif kind == "mask":
+        kwargs["mask"] = miss
+    elif kind == "payloads":  # NaN with several payloads and signs, and a fill value
+        bits = np.array([0x7FC00000, 0xFFC00001, 0x7F812345], np.uint32) if dtype == np.float32 else \
+            np.array([0x7FF8000000000000, 0xFFF8000000000001, 0x7FF0000000000123], np.uint64)
+        pat = bits.view(dtype)[rng.integers(0, 3, a.shape)]
+        a[miss] = pat[miss]
+        a.reshape(-1)[::7][miss.reshape(-1)[::7]] = dtype(-999.0)
+        kwargs["fill_value"] = -999.0
+    valid_vals = a[~miss] if kind in ("mask", "ma") else a[~miss]
+    eb = rel * (float(valid_vals.max()) - float(valid_vals.min())) if valid_vals.size else 0.0
+    x = np.ma.MaskedArray(a, mask=miss) if kind == "ma" else a
+    blob = strata.compress(x, rel_error=rel, **kwargs)
+    r = strata.open(blob)
+    assert r.missing_count == int(miss.sum())
+    assert r.error_bound == pytest.approx(eb, rel=1e-12, abs=0)
+    y = r.read()
+    _check(a, y, miss, eb)
+    assert np.array_equal(r.read_mask(), miss)
+    ym = r.read(masked=True)
+    assert np.array_equal(np.ma.getmaskarray(ym), miss)
+    # a region is the same selection of a full decode, mask included
+    region = tuple(slice(n // 3, max(n // 3 + 1, 2 * n // 3)) for n in shape)
+    assert np.array_equal(r.read(region=region).view(f"u{a.dtype.itemsize}"), y[region].view(f"u{a.dtype.itemsize}"))
+    assert np.array_equal(r.read_mask(region=region), miss[region])
+    # a preview keeps missing points missing, at their exact bits
+    if len(r.levels) > 1:
+        p = r.read(level=len(r.levels) - 2)
+        assert np.array_equal(p[miss].view(f"u{a.dtype.itemsize}"), a[miss].view(f"u{a.dtype.itemsize}"))
+
+
+def test_rel_bound_is_relative_to_the_valid_range():
+    # the original bug: a 1e20 fill made the bound 1e17
+    a = _smooth((40, 60), 1) * np.float32(0.01) + np.float32(290.0)
+    land = _blobs(a.shape, 2, 0.3)
+    a[land] = np.float32(1e20)
+    r = strata.open(strata.compress(a, rel_error=1e-3, fill_value=1e20))
+    lo, hi = float(a[~land].min()), float(a[~land].max())
+    assert r.valid_range == (lo, hi)
+    assert r.error_bound == pytest.approx(1e-3 * (hi - lo))
+    _check(a, r.read(), land, r.error_bound)
+
+
+def test_infinities_stay_exact_and_out_of_the_range():
+    a = _smooth((30, 30), 3)
+    a[3, 4], a[20, 1] = np.inf, -np.inf
+    a[10:12, 10:15] = np.nan
+    r = strata.open(strata.compress(a, rel_error=1e-3))
+    fin = np.isfinite(a)
+    assert r.valid_range == (float(a[fin].min()), float(a[fin].max()))
+    _check(a, r.read(), np.isnan(a), r.error_bound)
+
+
+def test_mask_broadcasts_along_time():
+    a = _smooth((50, 24, 30), 4)
+    land = _blobs((24, 30), 5, 0.4)
+    r = strata.open(strata.compress(a, abs_error=0.01, mask=land))
+    full = np.broadcast_to(land, a.shape)
+    assert r.missing_count == full.sum()
+    _check(a, r.read(), full, 0.01)
+
+
+def test_all_missing_is_exact_and_tiny():
+    a = np.full((30, 40, 50), 1e20, np.float32)
+    blob = strata.compress(a, rel_error=1e-2, fill_value=1e20)
+    r = strata.open(blob)
+    assert r.error_bound == 0 and r.valid_range is None and r.fill_value == np.float32(1e20)
+    assert np.array_equal(r.read().view(np.uint32), a.view(np.uint32))
+    assert len(blob) < 2000
+
+
+def test_nan_fill_value_means_nan():
+    a = _smooth((20, 20), 6)
+    a[5:9, 5:9] = np.nan
+    y = strata.decompress(strata.compress(a, abs_error=0.1, fill_value=float("nan")))
+    _check(a, y, np.isnan(a), 0.1)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"mask": np.zeros((3, 3), bool)},            # wrong shape
+    {"mask": np.full((20, 20), 0.5)},            # not boolean
+    {"mask": np.full((20, 20), 2, np.int8)},     # integers other than 0/1
+    {"fill_value": 1e300},                        # overflows float32
+    {"fill_value": 1e-50},                        # underflows float32
+    {"fill_value": "land"},
+    {"fill_value": [1.0, 2.0]},
+    {"metadata": {"x": float("nan")}},           # not strict JSON
+    {"metadata": {"x": object()}},
+    {"metadata": ["not", "a", "dict"]},
+    {"metadata": {"x": "a" * (MAX_METADATA_BYTES + 1)}},
+])
+def test_bad_missing_value_arguments(kwargs):
+    with pytest.raises(InvalidInputError):
+        strata.compress(np.zeros((20, 20), np.float32), abs_error=0.1, **kwargs)
+
+
+def test_integer_mask_of_zeros_and_ones_is_accepted():
+    a = _smooth((20, 20), 7)
+    m = np.zeros((20, 20), np.uint8)
+    m[3:6, 2:9] = 1
+    y = strata.decompress(strata.compress(a, abs_error=0.1, mask=m))
+    _check(a, y, m.astype(bool), 0.1)
+
+
+def test_metadata_round_trip_and_checksum():
+    meta = {"name": "tos", "dims": ["lat", "lon"], "attrs": {"units": "K", "note": "é"}}
+    a = _smooth((16, 16), 8)
+    blob = strata.compress(a, abs_error=0.1, metadata=meta)
+    r = strata.open(blob)
+    assert r.metadata == meta
+    off = bytes(blob).index(b'"units"')
+    bad = bytearray(blob)
+    bad[off + 2] ^= 1
+    r = strata.open(bytes(bad))
+    r.read()  # the data do not need the metadata
+    with pytest.raises(CorruptStreamError, match="metadata"):
+        _ = r.metadata
+
+
+def test_damaged_mask_is_detected():
+    a = _smooth((30, 40, 50), 9)
+    miss = _blobs(a.shape, 10, 0.3)
+    blob = strata.compress(a, abs_error=0.01, mask=miss)
+    r = strata.open(blob)
+    lv = r.header.levels[-1]
+    start = r.levels[-1].offset + lv.head_len
+    for where in (start + 1, start + lv.mask_index_len + lv.mask_len // 2):
+        bad = bytearray(blob)
+        bad[where] ^= 0x10
+        with pytest.raises(CorruptStreamError):
+            strata.decompress(bytes(bad))
+        with pytest.raises(CorruptStreamError):
+            strata.open(bytes(bad)).read_mask()
+    rng = np.random.default_rng(11)
+    for pos in rng.integers(0, len(blob), 60).tolist():
+        bad = bytearray(blob)
+        bad[pos] ^= 0x04
+        with pytest.raises(StrataError):
+            strata.decompress(bytes(bad))
+
+
+def test_streams_without_the_header_extension_still_decode():
+    # a stream as written before missing values existed: no extension byte in the header
+    a = _smooth((20, 30, 40), 12)
+    blob = strata.compress(a, abs_error=0.01)
+    raw, off = unpack_header(Source(blob), 1)
+    h = LossyHeader.from_bytes(raw, len(blob))
+    h.valid_range = None
+    old = h.to_bytes()[:-1]
+    y = strata.decompress(pack(1, old, [blob[off:]]))
+    assert np.array_equal(y, strata.decompress(blob))
+
+
+def test_mask_never_costs_more_than_filling():
+    # real coastline (sea where the shared topography is below 0), sea values kept
+    path = SCI / "sscand_elevation_823x726.f32"
+    if not path.exists():
+        pytest.skip("../shared/data/sci not present")
+    elev = np.fromfile(path, "<f4").reshape(823, 726)
+    land = elev >= 0
+    a = np.where(land, np.float32(1e20), elev)
+    for eb in (1.0, 10.0):
+        masked = strata.compress(a, abs_error=eb, fill_value=1e20)
+        filled = strata.compress(np.where(land, elev[~land].mean(dtype=np.float64).astype(np.float32), elev),
+                                 abs_error=eb)
+        assert len(masked) < len(filled)
+        _check(a, strata.decompress(masked), land, eb)
+
+
+def test_values_under_a_mask_are_kept():
+    # a mask over real values: they come back bit for bit too (stored apart)
+    a = _smooth((20, 25), 13)
+    m = _blobs(a.shape, 14, 0.2)
+    y = strata.decompress(strata.compress(a, abs_error=0.1, mask=m))
+    _check(a, y, m, 0.1)
+
+
+def test_region_reads_with_small_code_chunks_and_default_mask_chunks():
+    # noisy data at a tight bound: the finer levels' codes use half-size chunks, the mask keeps
+    # the default edge; every region read must match the full decode, mask included
+    rng = np.random.default_rng(15)
+    a = (_smooth((40, 72, 72), 16) + rng.standard_normal((40, 72, 72)) * 5).astype(np.float32)
+    miss = _blobs(a.shape, 17, 0.35)
+    a[miss] = np.nan
+    r = strata.open(strata.compress(a, abs_error=1e-3))
+    tiles = {r._level_tables(lv.index).tile for lv in r.levels[1:]}
+    assert min(tiles) < r._part.default_tile()
+    full = r.read()
+    _check(a, full, miss, 1e-3)
+    for region in [(slice(0, 9), slice(30, 41), slice(50, 72)), (5, slice(None), slice(10, 12)),
+                   (slice(20, 40), slice(0, 72, 7), 33)]:
+        assert np.array_equal(r.read(region=region).view(np.uint32), full[region].view(np.uint32))
+        assert np.array_equal(r.read_mask(region=region), miss[region])
+        assert np.array_equal(r.read(level=len(r.levels) - 2, region=region).view(np.uint32),
+                              r.read(level=len(r.levels) - 2)[region].view(np.uint32))

@@ -2,8 +2,9 @@
 
 The mask bits of a level's points are coded in chunks: boxes of the level's grid at the
 default chunk edge (:func:`strata.lossy.codec.level_geometry` without a tile; the codes may use
-half that edge), so a progressive or region read decodes only the mask chunks it touches. Within a chunk the level's points are visited in
-raster order (:func:`strata.lossy.chunks.level_row`), and each bit is coded with an adaptive
+half that edge), so a progressive or region read decodes only the mask chunks it touches.
+Within a chunk the level's points are visited in raster order
+(:func:`strata.lossy.chunks.level_row`), and each bit is coded with an adaptive
 binary model (:mod:`strata.entropy.binary`, rANS) in a context made of the neighbours the
 decoder knows: inside the chunk box, and either points of coarser levels (decoded with
 earlier levels) or earlier points of the chunk; any other neighbour counts as unknown.

@@ -136,13 +136,14 @@ def prepare(a: np.ndarray, missing: np.ndarray) -> Prepared:
     fill_bits = b""
     if count:
         work[missing] = np.nan
-        bits = flat.view(f"u{flat.itemsize}")
         pos = np.flatnonzero(missing)
-        patterns, counts = np.unique(bits[pos], return_counts=True)
-        main = patterns[np.argmax(counts)]
+        held = flat.view(f"u{flat.itemsize}")[pos]
+        main = held[0]
+        if not (held == main).all():  # (one pattern is the rule: skip the sort)
+            patterns, counts = np.unique(held, return_counts=True)
+            main = patterns[np.argmax(counts)]
+            exact = np.union1d(exact, pos[held != main])
         fill_bits = np.array(main, dtype=f"<u{flat.itemsize}").tobytes()
-        if len(patterns) > 1:
-            exact = np.union1d(exact, pos[bits[pos] != main])
     return Prepared(work, missing.view(np.uint8) if count else None, count, fill_bits, exact, mean,
                     _range(vals) if n_valid else None)
 

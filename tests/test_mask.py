@@ -213,7 +213,7 @@ def test_hostile_chunks_raise_corrupt_stream_error_only(last):
 
 # ---------------------------------------------------------------------------- binary model
 @njit(cache=True)
-def _code_bits_with(bits, ctxs, initial):
+def _code_bits_with(bits, ctxs, initial, enc):
     n = bits.shape[0]
     model = initial.copy()
     freqs = np.empty(n, np.int64)
@@ -223,7 +223,7 @@ def _code_bits_with(bits, ctxs, initial):
     buf = np.zeros(2 * n + 8, np.uint8)
     state, pos = np.int64(1 << 15), buf.shape[0]
     for i in range(n - 1, -1, -1):
-        state, pos = binary.encode_bit(state, buf, pos, bits[i], freqs[i])
+        state, pos = binary.encode_bit(state, buf, pos, bits[i], freqs[i], enc)
     pos = rans.encode_flush(state, buf, pos)
     binary.reset(model, initial)
     state, rpos = rans.decode_init(buf, pos, buf.shape[0])
@@ -237,7 +237,7 @@ def _code_bits_with(bits, ctxs, initial):
 
 def _code_bits(bits, ctxs, n_ctx):
     """Encode then decode ``bits`` with contexts ``ctxs``: ``(decoded, n_bytes, ok)``."""
-    return _code_bits_with(bits, ctxs, binary.new_model(n_ctx))
+    return _code_bits_with(bits, ctxs, binary.new_model(n_ctx), binary.encoder_constants())
 
 
 @given(n=st.integers(0, 3000), seed=st.integers(0, 2**16), p=st.sampled_from([0.0, 0.001, 0.1, 0.5, 0.97, 1.0]))

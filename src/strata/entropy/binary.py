@@ -81,14 +81,27 @@ def update(model, ctx, bit):
     model[i] = np.int32(p | (min(n + 1, LIMIT) << _PROB_BITS))
 
 
+def encoder_constants() -> np.ndarray:
+    """The division-free encoder's constants for every frequency of bit 1 (flat int64, see
+    :func:`strata.entropy.rans.encoder_table`: one two-symbol table per ``f1`` in
+    ``0 .. 2047``, row 0 unused), for :func:`encode_bit`. Computed once per process."""
+    global _ENCODER
+    if _ENCODER is None:
+        f1 = np.clip(np.arange(SCALE, dtype=np.int64), 1, SCALE - 1)
+        _ENCODER = rans.encoder_table(np.stack([SCALE - f1, f1], axis=1)).ravel()
+    return _ENCODER
+
+
+_ENCODER = None
+
+
 @njit(inline="always")
-def encode_bit(state, buf, pos, bit, f1):
+def encode_bit(state, buf, pos, bit, f1, enc):
     """Push ``bit`` coded with frequency ``f1`` of bit 1 (from :func:`freq_of`), as
-    :func:`strata.entropy.rans.encode_put`: words go before ``pos``; returns ``(state, pos)``."""
-    f0 = SCALE - f1
-    if bit:
-        return rans.encode_put(state, buf, pos, f0, f1)
-    return rans.encode_put(state, buf, pos, 0, f0)
+    :func:`strata.entropy.rans.encode_put_fast` with the constants ``enc`` of
+    :func:`encoder_constants` (a multiplication, not a division: 5 -> about 2 ns a bit):
+    words go before ``pos``; returns ``(state, pos)``."""
+    return rans.encode_put_fast(state, buf, pos, enc, rans.encoder_offset(f1, bit, 2))
 
 
 @njit(inline="always")
@@ -103,5 +116,5 @@ def decode_bit(state, f1, buf, pos, end):
     return bit, state, pos
 
 
-__all__ = ["INITIAL", "LIMIT", "cell", "decode_bit", "encode_bit", "freq_of", "new_model", "reset",
+__all__ = ["INITIAL", "LIMIT", "cell", "decode_bit", "encode_bit", "encoder_constants", "freq_of", "new_model", "reset",
            "update"]

@@ -199,20 +199,20 @@ def _model_chunk(missing, grid, model, bits, freqs, lo0, lo1, lo2, h0, h1, h2, d
 
 
 @njit(nogil=True, _nrt=False)
-def _encode_bits(bits, freqs, n, buf):
+def _encode_bits(bits, freqs, n, buf, enc):
     """rANS-code ``bits[:n]`` backwards into the end of ``buf``; returns the bytes written."""
     end = buf.shape[0]
     pos = end
     state = np.int64(rans.RANS_L)
     for i in range(n):
         k = np.uint64(n - 1 - i)
-        state, pos = binary.encode_bit(state, buf, pos, bits[k], np.int64(freqs[k]))
+        state, pos = binary.encode_bit(state, buf, pos, bits[k], np.int64(freqs[k]), enc)
     pos = rans.encode_flush(state, buf, pos)
     return end - pos
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def encode(missing, shape, stride, refined, base, boxes, modes, buf, buf_offsets, n_bytes, n_workers):
+def encode(missing, shape, stride, refined, base, boxes, modes, buf, buf_offsets, n_bytes, enc, n_workers):
     """Code every chunk of mode ``CODED``: its rANS bytes end at ``buf[buf_offsets[c + 1]]``,
     ``n_bytes[c]`` receives their number (``buf_offsets`` leaves ``2 * points + 8`` bytes per
     coded chunk)."""
@@ -233,7 +233,7 @@ def encode(missing, shape, stride, refined, base, boxes, modes, buf, buf_offsets
             binary.reset(model, PRIORS)
             n = _model_chunk(missing, grid, model, bits, freqs, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2,
                              base)
-            n_bytes[c] = _encode_bits(bits, freqs, n, buf[:buf_offsets[c + 1]])
+            n_bytes[c] = _encode_bits(bits, freqs, n, buf[:buf_offsets[c + 1]], enc)
 
 
 @njit(nogil=True, _nrt=False)
@@ -364,7 +364,7 @@ def encode_level(missing: np.ndarray, shape, stride, refined, base, boxes) -> tu
     n_bytes = np.zeros(n_chunks, np.int64)
     if coded.any():
         _runner(encode, small)(missing, shape, stride, refined, base, boxes, modes, buf, buf_offsets, n_bytes,
-                               n_workers)
+                               binary.encoder_constants(), n_workers)
     lens = 1 + n_bytes
     out_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(lens, out=out_offsets[1:])

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from ..errors import InvalidInputError
 
@@ -121,35 +122,71 @@ def prepare(a: np.ndarray, missing: np.ndarray) -> Prepared:
     """Split ``a`` (C-contiguous float array) into what is coded and what is kept apart, given
     its flat boolean ``missing`` (from :func:`find`)."""
     flat = a.reshape(-1)
-    finite = np.isfinite(flat)
-    valid = finite & ~missing
-    n_valid = int(np.count_nonzero(valid))
+    bits = flat.view(f"u{flat.itemsize}")
+    miss = missing.view(np.uint8)
+    n_valid, total, lo, hi, count, first, alike, n_inf = _scan(flat, bits, miss)
+    valid_range = (float(lo), float(hi)) if n_valid else None
     if n_valid == flat.size:
-        return Prepared(flat, None, 0, b"", np.zeros(0, np.int64), 0.0, _range(flat))
-    vals = flat[valid]
-    mean = float(vals.astype(np.float64).mean()) if n_valid else 0.0
-    work = flat.copy()
-    inf = ~finite & ~missing
-    work[inf] = mean
-    count = int(np.count_nonzero(missing))
-    exact = np.flatnonzero(inf)
+        return Prepared(flat, None, 0, b"", np.zeros(0, np.int64), 0.0, valid_range)
+    mean = total / n_valid if n_valid else 0.0
+    work = np.empty_like(flat)
+    _work(flat, miss, work, flat.dtype.type(mean))
+    exact = np.flatnonzero(~np.isfinite(flat) & ~missing) if n_inf else np.zeros(0, np.int64)
     fill_bits = b""
     if count:
-        work[missing] = np.nan
-        pos = np.flatnonzero(missing)
-        held = flat.view(f"u{flat.itemsize}")[pos]
-        main = held[0]
-        if not (held == main).all():  # (one pattern is the rule: skip the sort)
-            patterns, counts = np.unique(held, return_counts=True)
+        main = bits[first]
+        if not alike:  # several patterns (rare): the most common is the fill, the others exact
+            pos = np.flatnonzero(missing)
+            patterns, counts = np.unique(bits[pos], return_counts=True)
             main = patterns[np.argmax(counts)]
-            exact = np.union1d(exact, pos[held != main])
+            exact = np.union1d(exact, pos[bits[pos] != main])
         fill_bits = np.array(main, dtype=f"<u{flat.itemsize}").tobytes()
-    return Prepared(work, missing.view(np.uint8) if count else None, count, fill_bits, exact, mean,
-                    _range(vals) if n_valid else None)
+    return Prepared(work, miss if count else None, count, fill_bits, exact, mean, valid_range)
 
 
-def _range(vals: np.ndarray) -> tuple[float, float] | None:
-    return (float(vals.min()), float(vals.max())) if vals.size else None
+@njit(nogil=True, cache=True)
+def _scan(flat, bits, missing):
+    """One pass: ``(valid values, their sum (float64), min, max, missing values, index of the
+    first missing one, whether all missing ones hold its bits, non-missing infinities)``."""
+    n_valid = 0
+    n_missing = 0
+    n_inf = 0
+    first = -1
+    alike = True
+    total = 0.0
+    lo = np.inf
+    hi = -np.inf
+    for i in range(flat.shape[0]):
+        if missing[i]:
+            if first < 0:
+                first = i
+            elif bits[i] != bits[first]:
+                alike = False
+            n_missing += 1
+            continue
+        v = np.float64(flat[i])
+        if v - v != 0.0:  # +-Inf (NaN is always missing)
+            n_inf += 1
+            continue
+        n_valid += 1
+        total += v
+        lo = min(lo, v)
+        hi = max(hi, v)
+    return n_valid, total, lo, hi, n_missing, first, alike, n_inf
+
+
+@njit(nogil=True, cache=True)
+def _work(flat, missing, work, mean):
+    """The predictor's copy: missing points NaN, non-missing infinities ``mean``."""
+    nan = work.dtype.type(np.nan)
+    for i in range(flat.shape[0]):
+        v = flat[i]
+        if missing[i]:
+            work[i] = nan
+        elif v - v != 0:
+            work[i] = mean
+        else:
+            work[i] = v
 
 
 def fill_into(out_flat: np.ndarray, missing: np.ndarray, fill_bits: bytes) -> None:

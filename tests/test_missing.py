@@ -252,3 +252,33 @@ def test_region_reads_with_small_code_chunks_and_default_mask_chunks():
         assert np.array_equal(r.read_mask(region=region), miss[region])
         assert np.array_equal(r.read(level=len(r.levels) - 2, region=region).view(np.uint32),
                               r.read(level=len(r.levels) - 2)[region].view(np.uint32))
+
+
+def test_inconsistent_missing_value_fields_are_refused():
+    # a header that announces missing values its sections do not hold, and the reverse
+    a = _smooth((10, 20, 30), 18)
+    plain = strata.compress(a, abs_error=0.01)
+    miss = _blobs(a.shape, 19, 0.3)
+    masked = strata.compress(a, abs_error=0.01, mask=miss)
+
+    def repack(blob, mutate):
+        raw, off = unpack_header(Source(blob), 1)
+        h = LossyHeader.from_bytes(raw, len(blob))
+        mutate(h)
+        return pack(1, h.to_bytes(), [blob[off:]])
+
+    def announce(h):
+        h.missing_count, h.fill_bits, h.origin_pred = 7, b"\0\0\xc0\x7f", 0.0
+
+    def drop(h):
+        h.missing_count = 0
+        for lv in h.levels:
+            lv.mask_index_len = lv.mask_len = 0
+
+    def shift(h):
+        h.levels[-1].mask_index_len += 1
+        h.levels[-1].payload_len -= 1
+
+    for blob, mutate in ((plain, announce), (masked, drop), (masked, shift)):
+        with pytest.raises(CorruptStreamError):
+            strata.decompress(repack(blob, mutate))

@@ -282,3 +282,16 @@ def test_inconsistent_missing_value_fields_are_refused():
     for blob, mutate in ((plain, announce), (masked, drop), (masked, shift)):
         with pytest.raises(CorruptStreamError):
             strata.decompress(repack(blob, mutate))
+
+
+def test_level_grids_and_fortran_order_with_a_mask():
+    a = np.asfortranarray(_smooth((24, 40, 36), 20))
+    miss = _blobs(a.shape, 21, 0.4)
+    r = strata.open(strata.compress(np.ma.MaskedArray(a, mask=miss), abs_error=0.05))
+    _check(np.ascontiguousarray(a), r.read(), miss, 0.05)
+    for lv in r.levels:
+        sl = tuple(slice(None, None, q) for q in lv.stride)
+        g = r.read(level=lv.index, full_resolution=False, masked=True)
+        assert g.shape == lv.shape
+        assert np.array_equal(np.ma.getmaskarray(g), miss[sl])
+        _check(a[sl], g.data, miss[sl], lv.error_bound)

@@ -206,15 +206,21 @@ def test_hdf5_reading_follows_the_same_rules(tmp_path):
     assert _same(a.data, b.data) and np.array_equal(a.mask, b.mask) and a.packing == b.packing
     assert b.metadata["dims"] == a.metadata["dims"] and b.metadata["coords"] == a.metadata["coords"]
     assert b.metadata["attrs"] == a.metadata["attrs"]
-    # a plain HDF5 dataset: its fillvalue property is not a missing marker, _FillValue is
+    # a plain HDF5 dataset: h5py's implicit fill value (0) is not a missing marker; a fill value
+    # set when the dataset was made is, and so is a _FillValue attribute (which wins)
     with h5py.File(tmp_path / "plain.h5", "w") as f:
-        d = f.create_dataset("g/x", data=np.arange(12, dtype=np.float32).reshape(3, 4), fillvalue=0)
+        d = f.create_dataset("g/x", data=np.arange(12, dtype=np.float32).reshape(3, 4))
         d.attrs["units"] = "m"
+        f.create_dataset("g/y", data=np.array([1, -999, 3, -999], np.float32), fillvalue=-999)
     v = read_variable(tmp_path / "plain.h5", "g/x")
     assert v.mask is None and v.metadata["dims"] == ["dim_0", "dim_1"] and v.metadata["name"] == "x"
+    y = read_variable(tmp_path / "plain.h5", "g/y")
+    assert y.mask.tolist() == [False, True, False, True] and y.fill_value == -999
     with h5py.File(tmp_path / "plain.h5", "a") as f:
         f["g/x"].attrs["_FillValue"] = np.float32(0)
+        f["g/y"].attrs["_FillValue"] = np.float32(3)
     assert read_variable(tmp_path / "plain.h5", "g/x").mask.sum() == 1
+    assert read_variable(tmp_path / "plain.h5", "g/y").mask.tolist() == [False, False, True, False]
 
 
 def test_no_cf_keeps_what_cf_refuses(tmp_path):

@@ -8,9 +8,10 @@ Reading (:func:`read_variable`, CF-1.x rules, as netCDF4-python applies them):
   ``valid_max`` / ``valid_range``. All of them are compared with the *stored* (packed) values,
   cast to the variable's type. A NetCDF variable without ``_FillValue`` whose fill mode is on
   also treats the netCDF default fill value of its type as missing (not for 8-bit types, as the
-  netCDF user guide advises). Through h5py, an HDF5 dataset's own ``fillvalue`` property is
-  *not* a missing marker (h5py's default is 0, a legitimate value); only the CF attributes
-  are: a netCDF-4 file read through h5py carries its ``_FillValue`` as an attribute.
+  netCDF user guide advises). Through h5py, an HDF5 dataset's own fill value counts likewise
+  when it was set explicitly (a user-defined fill value in its creation properties, which is
+  also how netCDF-4 stores its default fill) and there is no ``_FillValue`` attribute; h5py's
+  implicit default, 0, is a legitimate value and never a marker.
 * **Packed data** (CF 8.1): with ``scale_factor`` and/or ``add_offset`` on an 8-, 16- or 32-bit
   integer variable, values are unpacked as ``stored * scale_factor + add_offset`` in the type
   of those attributes (float32 or float64; float64 for 32-bit integers, which float32 cannot
@@ -559,7 +560,10 @@ def _read_h5py(path: Path, name: str):
                 coords[dname] = Coordinate(np.asarray(scale[()]), _h5py_attrs(scale.attrs))
         desc = Description(d.name.rsplit("/", 1)[-1], tuple(dims), d.dtype, _h5py_attrs(d.attrs), coords,
                            _h5py_attrs(f.attrs))
-    return desc, stored, None
+        # the dataset's own fill value counts only when it was set (h5py's default is 0)
+        defined = d.id.get_create_plist().fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED
+        default_fill = d.fillvalue if defined else None
+    return desc, stored, default_fill
 
 
 def _h5py_attrs(attrs) -> dict:

@@ -33,3 +33,14 @@ def load_field(path, cache):
     if path not in cache:
         cache[path] = read_array(path)
     return cache[path]
+
+
+def repack_header(blob, mutate):
+    """Re-pack a lossy stream after ``mutate(header)`` (valid checksum, possibly absurd content)."""
+    from strata.container import Source, pack, unpack_header
+    from strata.lossy.header import LossyHeader
+
+    raw, off = unpack_header(Source(blob), 1)
+    h = LossyHeader.from_bytes(raw, len(blob))
+    mutate(h)
+    return pack(1, h.to_bytes(), [blob[off:]])

@@ -17,7 +17,7 @@ from strata.errors import (
     TruncatedStreamError,
     UnsupportedDtypeError,
 )
-from strata.lossy.header import LossyHeader
+from .conftest import repack_header
 
 
 @pytest.fixture(scope="module")
@@ -66,33 +66,23 @@ def test_unsupported_version(blob):
         strata.decompress(bytes(bad))
 
 
-def _with_header(blob, mutate):
-    """Re-pack a stream after changing its header (valid checksum, absurd content)."""
-    from strata.container import Source, pack, unpack_header
-
-    raw, off = unpack_header(Source(blob), 1)
-    h = LossyHeader.from_bytes(raw, len(blob))
-    mutate(h)
-    return pack(1, h.to_bytes(), [blob[off:]])
-
-
 def test_absurd_shape_is_refused_before_allocating(blob):
     def huge(h):
         h.shape = (1 << 30, 1 << 30, 1 << 20)
     with pytest.raises(ResourceLimitError):
-        strata.decompress(_with_header(blob, huge))
+        strata.decompress(repack_header(blob, huge))
 
 
 def test_inconsistent_header_is_refused(blob):
     def wrong(h):
         h.shape = (20, 40, 51)
     with pytest.raises(CorruptStreamError):
-        strata.decompress(_with_header(blob, wrong))
+        strata.decompress(repack_header(blob, wrong))
 
     def long_level(h):
         h.levels[-1].payload_len += 10**9
     with pytest.raises((TruncatedStreamError, CorruptStreamError)):
-        strata.decompress(_with_header(blob, long_level))
+        strata.decompress(repack_header(blob, long_level))
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"abs_error": 1, "rel_error": 1}, {"abs_error": -1},

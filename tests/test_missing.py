@@ -13,7 +13,7 @@ from strata.errors import CorruptStreamError, InvalidInputError, StrataError
 from strata.lossy.header import LossyHeader
 from strata.lossy.metadata import MAX_METADATA_BYTES
 
-from .conftest import SCI
+from .conftest import SCI, repack_header
 
 
 def _check(a, y, missing, eb):
@@ -261,12 +261,6 @@ def test_inconsistent_missing_value_fields_are_refused():
     miss = _blobs(a.shape, 19, 0.3)
     masked = strata.compress(a, abs_error=0.01, mask=miss)
 
-    def repack(blob, mutate):
-        raw, off = unpack_header(Source(blob), 1)
-        h = LossyHeader.from_bytes(raw, len(blob))
-        mutate(h)
-        return pack(1, h.to_bytes(), [blob[off:]])
-
     def announce(h):
         h.missing_count, h.fill_bits, h.origin_pred = 7, b"\0\0\xc0\x7f", 0.0
 
@@ -281,7 +275,7 @@ def test_inconsistent_missing_value_fields_are_refused():
 
     for blob, mutate in ((plain, announce), (masked, drop), (masked, shift)):
         with pytest.raises(CorruptStreamError):
-            strata.decompress(repack(blob, mutate))
+            strata.decompress(repack_header(blob, mutate))
 
 
 def test_level_grids_and_fortran_order_with_a_mask():

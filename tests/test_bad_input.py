@@ -17,6 +17,7 @@ from strata.errors import (
     TruncatedStreamError,
     UnsupportedDtypeError,
 )
+
 from .conftest import repack_header
 
 

@@ -33,8 +33,8 @@ def section(flat: np.ndarray, positions: np.ndarray) -> bytes:
     return body + struct.pack("<I", crc32(body))
 
 
-def restore(data, out_flat: np.ndarray) -> None:
-    """Write the stored values into ``out_flat`` (flat array of the stream's shape and dtype).
+def read(data, size: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions, values)`` of a section, for an array of ``size`` values of ``dtype``.
 
     Raises:
         CorruptStreamError: checksum mismatch or inconsistent section.
@@ -45,13 +45,23 @@ def restore(data, out_flat: np.ndarray) -> None:
     body = data[:-4]
     check_crc(body, struct.unpack("<I", data[-4:])[0], "exact-value section")
     r = Reader(body, "exact-value section")
-    n = r.varint(out_flat.size)
+    n = r.varint(size)
     if n > len(body):
         raise CorruptStreamError("exact-value section lists more values than it holds")
-    gaps = np.fromiter((r.varint(out_flat.size) for _ in range(n)), dtype=np.int64, count=n)
+    gaps = np.fromiter((r.varint(size) for _ in range(n)), dtype=np.int64, count=n)
     pos = np.cumsum(gaps)
-    if n and (pos[-1] >= out_flat.size or (n > 1 and not (gaps[1:] > 0).all())):
+    if n and (pos[-1] >= size or (n > 1 and not (gaps[1:] > 0).all())):
         raise CorruptStreamError("exact-value positions outside the array or not increasing")
-    vals = np.frombuffer(r.raw(n * out_flat.itemsize), dtype=out_flat.dtype)
+    vals = np.frombuffer(r.raw(n * np.dtype(dtype).itemsize), dtype=dtype)
     r.done()
+    return pos, vals
+
+
+def restore(data, out_flat: np.ndarray) -> None:
+    """Write the stored values into ``out_flat`` (flat array of the stream's shape and dtype).
+
+    Raises:
+        CorruptStreamError: checksum mismatch or inconsistent section.
+    """
+    pos, vals = read(data, out_flat.size, out_flat.dtype)
     out_flat[pos] = vals

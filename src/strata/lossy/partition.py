@@ -42,6 +42,8 @@ BASE_POINTS = 4096
 TILE = {0: 1, 1: 1 << 16, 2: 256, 3: 32}
 #: Reach of the interpolation stencil along its axis, in multiples of the stride.
 STENCIL_REACH = 3
+#: Reach of the quadratic extrapolation of the last point of a line.
+EXTRAPOLATION_REACH = 5
 
 Vec = tuple[int, int, int]
 
@@ -210,9 +212,15 @@ class Partition:
                 steps[later] = P[later]
             out.append(Pass(a, Q[a], tuple(starts), tuple(steps), cur))
             if box is not None:
-                cur = cur.grow(a, STENCIL_REACH * Q[a], self.shape)
+                cur = self.reads(out[-1])
         out.reverse()
         return out, (cur if box is not None else None)
+
+    def reads(self, p: Pass) -> Box:
+        """The box of points pass ``p`` reads or writes: its box grown along its axis by the
+        stencil's reach (the last point of a line extrapolates from up to 5 strides back)."""
+        reach = EXTRAPOLATION_REACH if p.box.hi[p.axis] + p.stride > self.shape[p.axis] else STENCIL_REACH
+        return p.box.grow(p.axis, reach * p.stride, self.shape)
 
     def plan_passes(self, box: Box | None, last_step: int, first_step: int = 0) -> dict[int, list[Pass]]:
         """Passes of steps ``first_step..last_step`` needed for the values of the step

@@ -161,11 +161,15 @@ def _count(first, step, hi):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic):
+def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
     """Run the passes of ``table`` in order. mode 0: encode, 1: decode, 2: preview.
 
     ``table[p]`` = ``axis, stride, start0..2, step0..2, lo0..2, hi0..2, step id, by_slab``
-    of pass ``p``; ``bounds[p]`` its error bound and ``cubic[p]`` its interpolation.
+    of pass ``p``, in the coordinates of the arrays (of internal shape ``shape``);
+    ``bounds[p]`` its error bound and ``cubic[p]`` its interpolation. ``geo`` (int64, 6)
+    places the arrays in the whole grid, for the edge rules: per axis the grid index of their
+    first point, then the whole grid's size (``0, 0, 0, shape`` for whole arrays; a window of
+    a region read, :class:`strata.lossy.window.Window`, holds a box of one level's grid).
 
     The passes of one step run slab by slab along the first axis longer than 1 (``by_slab``
     says this is valid: a pass along that axis comes first and reads only coarser slabs;
@@ -196,21 +200,22 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic):
             for u in prange(n_slabs):
                 a = lo + u * width
                 for p in range(p0, p1):
-                    _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, a, a + width, -1)
+                    _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, a, a + width, -1)
         else:
+            end = shape[ax_s]
             for p in range(p0, p1):
                 # whole pass, its rows in parallel
-                nw = _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], -2)
+                nw = _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, 0, end, -2)
                 if nw * _BLOCK < _SERIAL_BELOW:
-                    _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], -1)
+                    _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, 0, end, -1)
                 else:
                     for w in prange(nw):
-                        _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, 0, shape[ax_s], w)
+                        _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, 0, end, w)
         p0 = p1
 
 
 @njit(nogil=True, cache=True)
-def _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, a, b, item):
+def _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, a, b, item):
     """Points of pass ``p`` with index in ``[a, b)`` along axis ``ax_s``: all of them
     (``item == -1``), only work item ``item >= 0``, or none (``item == -2``); returns the
     number of work items."""
@@ -236,7 +241,8 @@ def _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, a
         return 0
     eb = bounds[p]
     cub = cubic[p]
-    n_axis = shape[axis]
+    n_axis = geo[3 + axis]
+    ioff = geo[axis]
     d1 = s * (mem0 if axis == 0 else (n2 if axis == 1 else 1))
     inv_bin = 0.5 / eb if eb > 0 else 0.0
     bin_width = 2.0 * eb
@@ -246,13 +252,13 @@ def _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, a
         w0, w1 = (item, item + 1) if item >= 0 else (0, total)
         if mode == 0:
             _rows_encode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                         axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+                         axis, s, n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
         elif mode == 1:
             _rows_decode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                         axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+                         axis, s, n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
         else:
             _rows_preview(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                          axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+                          axis, s, n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
     return total
 
 
@@ -260,28 +266,28 @@ def _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, p, ax_s, a
 # (``_nrt=False``): they allocate nothing, and are called once per pass or work item.
 @njit(nogil=True, _nrt=False)
 def _rows_encode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-                 n_axis, d1, cub, eb, inv_bin, bin_width):
+                 n_axis, ioff, d1, cub, eb, inv_bin, bin_width):
     _run_rows(0, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, d1, cub, eb, inv_bin, bin_width)
+              n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
 
 
 @njit(nogil=True, _nrt=False)
 def _rows_decode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-                 n_axis, d1, cub, eb, inv_bin, bin_width):
+                 n_axis, ioff, d1, cub, eb, inv_bin, bin_width):
     _run_rows(1, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, d1, cub, eb, inv_bin, bin_width)
+              n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
 
 
 @njit(nogil=True, _nrt=False)
 def _rows_preview(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-                  n_axis, d1, cub, eb, inv_bin, bin_width):
+                  n_axis, ioff, d1, cub, eb, inv_bin, bin_width):
     _run_rows(2, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, d1, cub, eb, inv_bin, bin_width)
+              n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
 
 
 @njit(inline="always")
 def _run_rows(mode, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-          n_axis, d1, cub, eb, inv_bin, bin_width):
+              n_axis, ioff, d1, cub, eb, inv_bin, bin_width):
     """Work items ``w0 .. w1`` of a pass: item ``w`` is block ``w % nb`` (``_BLOCK`` points)
     of row ``w // nb``; rows run over axis 1 inside axis 0. The divisions are done once."""
     r = w0 // nb
@@ -291,7 +297,7 @@ def _run_rows(mode, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, ste
     for _ in range(w0, w1):
         k0 = blk * _BLOCK
         _row_work(mode, x, codes, orig, missing, f0 + r0 * steps0, f1 + r1 * steps1, k0, min(c2, k0 + _BLOCK), f2, st2,
-                  mem0, n2, axis, s, n_axis, d1, cub, eb, inv_bin, bin_width)
+                  mem0, n2, axis, s, n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
         blk += 1
         if blk == nb:
             blk = 0
@@ -302,10 +308,11 @@ def _run_rows(mode, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, ste
 
 
 @njit(inline="always")
-def _row_work(mode, x, codes, orig, missing, i0, i1, k0, k1, f2, st2, mem0, n2, axis, s, n_axis, d1, cub, eb, inv_bin,
-              bin_width):
+def _row_work(mode, x, codes, orig, missing, i0, i1, k0, k1, f2, st2, mem0, n2, axis, s, n_axis, ioff, d1, cub, eb,
+              inv_bin, bin_width):
     """Points ``k0 .. k1`` of the row ``(i0, i1)`` of a pass; ``mode`` is a constant in each
-    of the three compiled row runners above."""
+    of the three compiled row runners above. The edge rules see a point's index along the
+    pass axis plus ``ioff`` against ``n_axis``: its place in the whole grid."""
     row = i0 * mem0 + i1 * n2 + f2
     # unsigned indices: numba adds no negative-index wraparound to the loads (2x fewer instructions)
     urow = np.uint64(row)
@@ -316,13 +323,13 @@ def _row_work(mode, x, codes, orig, missing, i0, i1, k0, k1, f2, st2, mem0, n2, 
         # with a mask the rule depends on which neighbours are valid: chosen point by point
         for k in range(k0, k1):
             idx = urow + np.uint64(k) * ust
-            r = _masked_rule(missing, idx, u1, i0 if axis == 0 else (i1 if axis == 1 else f2 + k * st2), n_axis, s,
-                             cub)
+            r = _masked_rule(missing, idx, u1, ioff + (i0 if axis == 0 else (i1 if axis == 1 else f2 + k * st2)),
+                             n_axis, s, cub)
             _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), eb, inv_bin, bin_width)
         return
     if axis != 2:
         # off axis 2 the rule is the same along the whole row
-        rule = _rule(i0 if axis == 0 else i1, n_axis, s, cub)
+        rule = _rule(ioff + (i0 if axis == 0 else i1), n_axis, s, cub)
         if mode == 2 and rule == _EXTRAP_QUAD:
             rule = _EXTRAP_LINEAR  # a preview compounds extrapolation over the levels it skips
         if rule == _CUBIC:
@@ -335,18 +342,19 @@ def _row_work(mode, x, codes, orig, missing, i0, i1, k0, k1, f2, st2, mem0, n2, 
                 _point(mode, x, codes, orig, idx, _apply(x, idx, u1, rule), eb, inv_bin, bin_width)
         return
     # along axis 2: points k in [c_lo, c_hi) are interior (cubic), the others near an edge
+    g2 = ioff + f2  # (index of the row's first point in the whole grid)
     c_lo = c_hi = k1
     if cub:
-        c_lo = min(k1, max(k0, -((f2 - 3 * s) // st2)))
-        c_hi = min(k1, max(c_lo, -((f2 + 3 * s - n_axis) // st2)))
+        c_lo = min(k1, max(k0, -((g2 - 3 * s) // st2)))
+        c_hi = min(k1, max(c_lo, -((g2 + 3 * s - n_axis) // st2)))
     for k in range(k0, c_lo):
-        _edge_point(mode, x, codes, orig, urow + np.uint64(k) * ust, f2 + k * st2, n_axis, s, cub, u1,
+        _edge_point(mode, x, codes, orig, urow + np.uint64(k) * ust, g2 + k * st2, n_axis, s, cub, u1,
                     eb, inv_bin, bin_width)
     for k in range(c_lo, c_hi):
         idx = urow + np.uint64(k) * ust
         _point(mode, x, codes, orig, idx, _cubic(x, idx, u1, u3), eb, inv_bin, bin_width)
     for k in range(c_hi, k1):
-        _edge_point(mode, x, codes, orig, urow + np.uint64(k) * ust, f2 + k * st2, n_axis, s, cub, u1,
+        _edge_point(mode, x, codes, orig, urow + np.uint64(k) * ust, g2 + k * st2, n_axis, s, cub, u1,
                     eb, inv_bin, bin_width)
 
 
@@ -401,7 +409,11 @@ def _rows(plan, steps, shape):
 _NO_CODES = np.empty(1, np.int32)
 
 
-def encode_passes(x, codes, orig, missing, shape, table):
+def _geo(shape, geo):
+    return np.concatenate([np.zeros(3, np.int64), shape]) if geo is None else geo
+
+
+def encode_passes(x, codes, orig, missing, shape, table, geo=None):
     """Predict and quantize the points of the passes of ``table`` (from :func:`pass_table`).
 
     Args:
@@ -410,20 +422,22 @@ def encode_passes(x, codes, orig, missing, shape, table):
         orig: flat original values (same dtype as ``x``), missing points NaN.
         missing: flat uint8 mask (1 = missing), or an empty array without missing values:
             predictions then read valid neighbours only where they can.
-        shape: internal 3D shape, int64 array.
-        table: from :func:`pass_table`.
+        shape: internal 3D shape of the arrays, int64 array.
+        table: from :func:`pass_table` (or :meth:`strata.lossy.window.Window.table`).
+        geo: where the arrays lie in the grid of the passes (see :func:`_sweep`); default:
+            they are the whole array.
     """
-    _runner(table)(0, x, codes, orig, missing, shape, *table[:3])
+    _runner(table)(0, x, codes, orig, missing, shape, *table[:3], _geo(shape, geo))
 
 
-def decode_passes(x, codes, missing, shape, table):
+def decode_passes(x, codes, missing, shape, table, geo=None):
     """Reconstruct the points of the passes from their codes (see :func:`encode_passes`)."""
-    _runner(table)(1, x, codes, x, missing, shape, *table[:3])
+    _runner(table)(1, x, codes, x, missing, shape, *table[:3], _geo(shape, geo))
 
 
-def preview_passes(x, missing, shape, table):
+def preview_passes(x, missing, shape, table, geo=None):
     """Fill the points of the passes with their prediction (no residual)."""
-    _runner(table)(2, x, _NO_CODES, x, missing, shape, *table[:3])
+    _runner(table)(2, x, _NO_CODES, x, missing, shape, *table[:3], _geo(shape, geo))
 
 
 _sweep_serial = serial_variant(_sweep)

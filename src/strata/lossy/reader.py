@@ -13,14 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..container import KIND_LOSSY, Source, SourceLike, check_crc, unpack_header
-from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError
+from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import chunks, exact, mask, missing
 from . import metadata as meta
 from .codec import level_geometry
 from .header import LossyHeader
 from .partition import Box, as_3d_shape, grid_shape
 from .predict import decode_origin, decode_passes, pass_table, preview_passes
+from .window import Window
 
+#: Most bytes a read allocates unless told otherwise (``max_output_bytes``): a guard against
+#: decompression bombs, like Pillow's ``MAX_IMAGE_PIXELS``; a module setting one may change.
+MAX_OUTPUT_BYTES = 8 << 30
 #: Zero bytes after the chunks handed to the decoder (see :func:`strata.entropy.rans.renormalize`
 #: and :func:`strata.entropy.rans.bits_refill`).
 _PAD = 8
@@ -195,7 +199,7 @@ class LossyReader:
 
     # ------------------------------------------------------------------ decoding
     def read(self, level: int | None = None, region=None, *, full_resolution: bool = True, masked: bool = False,
-             progress=None) -> np.ndarray:
+             progress=None, max_output_bytes: int | None = None) -> np.ndarray:
         """Decode the data.
 
         Args:
@@ -204,11 +208,16 @@ class LossyReader:
                 preview at the original shape); otherwise the level's grid is returned
                 (shape ``levels[level].shape``; its values meet ``levels[level].error_bound``).
             region: a tuple of slices and integers (numpy basic indexing) selecting part of
-                the full-resolution array; only the chunks it needs are read and decoded.
-                The result equals the same selection of a full decode, bit for bit.
+                the full-resolution array; only the chunks it needs are read and decoded, and
+                only the region and the neighbourhood its prediction needs at each level are
+                held in memory. The result equals the same selection of a full decode, bit for
+                bit.
             full_resolution: see ``level``.
             masked: return a ``numpy.ma.MaskedArray`` whose mask marks the missing values.
             progress: optional callable ``progress(done, total)`` called after each level.
+            max_output_bytes: most bytes the read may allocate (output and working arrays);
+                default :data:`MAX_OUTPUT_BYTES` (a decompression-bomb guard, like Pillow's);
+                0 for no limit.
 
         Returns:
             ndarray of the stream's dtype (missing points hold their original bits, in a
@@ -217,9 +226,12 @@ class LossyReader:
         Raises:
             InvalidInputError: ``level`` out of range, bad ``region``, or a region with
                 ``full_resolution=False``.
+            ResourceLimitError: the read would allocate more than ``max_output_bytes``
+                (raised before allocating anything).
             CorruptStreamError, TruncatedStreamError: the bytes needed are damaged.
         """
         h, part = self.header, self._part
+        limit = MAX_OUTPUT_BYTES if max_output_bytes is None else int(max_output_bytes)
         if part is None:
             out = np.empty(h.shape, self.dtype)
             out = out[region] if region is not None else out
@@ -236,24 +248,13 @@ class LossyReader:
         if box is not None and box.empty():
             out = np.empty(self.shape, self.dtype)[region]
             return np.ma.MaskedArray(out, mask=np.zeros(out.shape, bool)) if masked else out
-        x = np.empty(part.points((1, 1, 1)), dtype=self.dtype)
-        codes = np.empty(x.size, dtype=np.int32)
-        miss = np.zeros(x.size, np.uint8) if h.missing_count else missing.NO_MISSING
-        self._decode(x, codes, miss, level, box, full_resolution, progress or (lambda done, total: None))
-        if h.missing_count:
-            missing.fill_into(x, miss, h.fill_bits)
-        if h.exact_len:
-            exact.restore(self._src.read(self._exact_offset, h.exact_len, "exact-value section"), x)
-        m = miss.view(np.bool_) if h.missing_count else np.zeros(x.size, np.bool_)
-        if not full_resolution:
-            q = part.level_stride(level)
-            nd = len(self.shape)
-            out, m = (np.array(g.reshape(g.shape[3 - nd:]) if nd <= 3 else g)
-                      for g in (v.reshape(part.shape)[::q[0], ::q[1], ::q[2]] for v in (x, m)))
+        report = progress or (lambda done, total: None)
+        if box is None and full_resolution:
+            out, m = self._read_whole(level, limit, report)
         else:
-            out, m = x.reshape(self.shape), m.reshape(self.shape)
+            out, m = self._read_window(level, box, full_resolution, limit, report)
             if region is not None:
-                out, m = np.array(out[region]), np.array(m[region])
+                out, m = _select(out, box.lo, region, self.shape), _select(m, box.lo, region, self.shape)
         return np.ma.MaskedArray(out, mask=m) if masked else out
 
     def read_mask(self, region=None) -> np.ndarray:
@@ -269,12 +270,75 @@ class LossyReader:
         if part is None or not self.header.missing_count or (box is not None and box.empty()):
             m = np.zeros(self.shape, bool)
             return np.array(m[region]) if region is not None else m
-        miss = np.zeros(part.points((1, 1, 1)), np.uint8)
-        _, _, mask_chunks = self._plan(0, box, True)
-        for lv in range(part.num_levels):
-            self._decode_mask(lv, mask_chunks[lv], miss)
-        m = miss.view(np.bool_).reshape(self.shape)
-        return np.array(m[region]) if region is not None else m
+        whole = box is None
+        box = Box.whole(part.shape) if whole else box
+        plan = self._plan(0, box, True)
+        wins = self._windows(0, box, True, plan)
+        prev = None
+        for lv in sorted(wins):
+            w = wins[lv]
+            miss = np.zeros(w.size, np.uint8)
+            if prev is not None:
+                prev[0].copy_coarse(w, prev[1], miss)
+            self._decode_mask(lv, plan[2][lv], miss, w)
+            prev = (w, miss)
+        w, miss = prev
+        m = miss.view(np.bool_).reshape(w.shape)[w.slices(box)]
+        return m.reshape(self.shape) if whole else _select(m, box.lo, region, self.shape)
+
+    def _bytes_per_point(self, codes: bool = True) -> int:
+        return self.dtype.itemsize + 4 * codes + (1 if self.header.missing_count else 0)
+
+    @staticmethod
+    def _check_limit(n_bytes: int, limit: int) -> None:
+        if limit and n_bytes > limit:
+            raise ResourceLimitError(f"decoding needs {n_bytes} bytes, above the limit of {limit} "
+                                     "(pass max_output_bytes= to raise it)")
+
+    def _read_whole(self, level: int, limit: int, report):
+        """Everything at full resolution, into arrays of the whole shape."""
+        h, part = self.header, self._part
+        self._check_limit(h.size * self._bytes_per_point(), limit)
+        x = np.empty(part.points((1, 1, 1)), dtype=self.dtype)
+        codes = np.empty(x.size, dtype=np.int32)
+        miss = np.zeros(x.size, np.uint8) if h.missing_count else missing.NO_MISSING
+        self._decode(x, codes, miss, level, None, True, report)
+        m = self._finish(x, miss, None)
+        return x.reshape(self.shape), m.reshape(self.shape)
+
+    def _finish(self, x, miss, win: Window | None):
+        """The fill pattern and the exact values into ``x`` (the whole array, or the window
+        ``win``); returns the mask (flat bool)."""
+        h = self.header
+        if h.missing_count:
+            missing.fill_into(x, miss, h.fill_bits)
+        if h.exact_len:
+            pos, vals = exact.read(self._src.read(self._exact_offset, h.exact_len, "exact-value section"),
+                                   h.size, x.dtype)
+            if win is not None:
+                pos, vals = win.local_points(self._part.shape, pos, vals)
+            x[pos] = vals
+        return miss.view(np.bool_) if h.missing_count else np.zeros(x.size, np.bool_)
+
+    def _read_window(self, level: int, box: Box | None, full_resolution: bool, limit: int, report):
+        """A region, or a level's grid, through windows (:mod:`strata.lossy.window`): returns
+        the values and mask of the region's internal 3D box (full resolution), or the grid."""
+        part = self._part
+        box = box if box is not None else Box.whole(part.shape)
+        plan = self._plan(level, box, full_resolution)
+        wins = self._windows(level, box, full_resolution, plan)
+        # at most two windows are alive at once, with codes where a level is decoded
+        sizes = [wins[lv].size * self._bytes_per_point(lv <= level) for lv in sorted(wins)]
+        self._check_limit(max(a + b for a, b in zip(sizes, sizes[1:] + [0])), limit)
+        win, x = self._decode_windows(level, plan, wins, report)
+        x, miss = x
+        m = self._finish(x, miss, win)
+        if not full_resolution:
+            nd = len(self.shape)
+            shape = win.shape if nd > 3 else win.shape[3 - nd:]
+            return x.reshape(shape), m.reshape(shape)
+        sl = win.slices(box)
+        return x.reshape(win.shape)[sl], m.reshape(win.shape)[sl]
 
     def _region_box(self, region) -> Box:
         shape = self.shape
@@ -378,6 +442,68 @@ class LossyReader:
                 preview_passes(x, miss, shape, table)
             report(i - part.base_steps + 2, total)
 
+    def _windows(self, level: int, box: Box, full_resolution: bool, plan) -> dict[int, Window]:
+        """Per level, the window a windowed read holds (see :mod:`strata.lossy.window`): the
+        points its passes write and read, its chunks of codes (levels ``0..level``) and of the
+        mask; the base level whole."""
+        part = self._part
+        step_passes, level_chunks, mask_chunks = plan
+        top = part.num_levels - 1 if full_resolution else level
+        wins = {0: Window.covering(part, part.level_stride(0), Box.whole(part.shape))}
+        for lv in range(1, top + 1):
+            need = None
+            for p in step_passes[part.base_steps + lv - 1]:
+                r = part.reads(p)
+                need = r if need is None else need.hull(r)
+            hulls = [part.chunk_hull(lv, level_chunks[lv], self._level_tables(lv).tile) if lv <= level else None,
+                     part.chunk_hull(lv, mask_chunks[lv]) if lv in mask_chunks else None]
+            for hull in hulls:
+                if hull is not None:
+                    need = hull if need is None else need.hull(hull)
+            wins[lv] = Window.covering(part, part.level_stride(lv), need if need is not None else Box((0,) * 3,
+                                                                                                     (0,) * 3))
+        return wins
+
+    def _decode_windows(self, level: int, plan, wins: dict[int, Window], report):
+        """Decode level by level, each into its window, the coarser points copied from the
+        previous window; returns the finest window and its values and mask (flat)."""
+        part, h = self._part, self.header
+        step_passes, level_chunks, mask_chunks = plan
+        has_missing = bool(h.missing_count)
+        prev = None
+        for lv in sorted(wins):
+            w = wins[lv]
+            x = np.empty(w.size, self.dtype)
+            codes = np.empty(w.size, np.int32) if lv <= level else None
+            miss = np.zeros(w.size, np.uint8) if has_missing else missing.NO_MISSING
+            if prev is not None:
+                pw, px, pcodes, pmiss = prev
+                pw.copy_coarse(w, px, x)
+                if codes is not None:
+                    pw.copy_coarse(w, pcodes, codes)
+                if has_missing:
+                    pw.copy_coarse(w, pmiss, miss)
+            if has_missing:
+                self._decode_mask(lv, mask_chunks[lv], miss, w)
+            shape, geo = w.shape_array, w.geo
+            if lv == 0:
+                self._decode_chunks(0, level_chunks[0], x, codes, miss, w)
+                decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb, h.origin_pred)
+                table = w.table(part.plan_passes(None, part.base_steps - 1), self._bounds, h.cubic)
+                decode_passes(x, codes, miss, shape, table, geo)
+            else:
+                i = part.base_steps + lv - 1
+                table = w.table({i: step_passes[i]}, self._bounds, h.cubic)
+                if codes is not None:
+                    self._decode_chunks(lv, level_chunks[lv], x, codes, miss, w)
+                    decode_passes(x, codes, miss, shape, table, geo)
+                else:
+                    preview_passes(x, miss, shape, table, geo)
+            prev = (w, x, codes, miss)
+            report(lv + 1, len(wins))
+        w, x, _, miss = prev
+        return w, (x, miss)
+
     def _level_tables(self, lv: int) -> _LevelTables:
         if lv in self._tables:
             return self._tables[lv]
@@ -427,7 +553,9 @@ class LossyReader:
             q += len(data)
         return payload, np.array(starts, np.int64), np.array(ends, np.int64)
 
-    def _decode_chunks(self, lv: int, ids: np.ndarray, x, codes, miss) -> None:
+    def _decode_chunks(self, lv: int, ids: np.ndarray, x, codes, miss, win: Window | None = None) -> None:
+        """Decode chunks ``ids`` of level ``lv`` into ``codes`` (and unpredictable values into
+        ``x``): arrays of the whole shape, or of the window ``win``."""
         if len(ids) == 0:
             return
         t = self._level_tables(lv)
@@ -435,7 +563,7 @@ class LossyReader:
         base = self._level_offsets[lv] + entry.head_len + entry.mask_index_len + entry.mask_len
         ids = np.sort(np.asarray(ids, dtype=np.int64))
         payload, starts, ends = self._read_chunks(base, t.offset_list, t.crcs, ids, f"level {lv} chunk", _PAD)
-        shape, stride, refined, base_flag, boxes = level_geometry(self._part, lv, t.tile)
+        shape, stride, refined, base_flag, boxes = _geometry(level_geometry(self._part, lv, t.tile), win)
         errors = np.zeros(len(ids), np.int64)
         small = len(ids) == 1
         chunks.runner(chunks.decode, small)(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, miss,
@@ -445,13 +573,14 @@ class LossyReader:
             j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")
 
-    def _decode_mask(self, lv: int, ids: np.ndarray, miss: np.ndarray) -> None:
-        """Decode the mask bits of mask chunks ``ids`` of level ``lv`` into ``miss`` (the mask
-        is chunked at the default chunk edge, whatever edge the level's codes use)."""
+    def _decode_mask(self, lv: int, ids: np.ndarray, miss: np.ndarray, win: Window | None = None) -> None:
+        """Decode the mask bits of mask chunks ``ids`` of level ``lv`` into ``miss`` (the whole
+        array, or the window ``win``); the mask is chunked at the default chunk edge,
+        whatever edge the level's codes use."""
         if len(ids) == 0:
             return
         entry = self.header.levels[lv]
-        geometry = level_geometry(self._part, lv)
+        geometry = _geometry(level_geometry(self._part, lv), win)
         if lv not in self._mask_index:
             index = self._src.read(self._level_offsets[lv] + entry.head_len, entry.mask_index_len,
                                    f"level {lv} mask index")
@@ -462,6 +591,43 @@ class LossyReader:
         payload, starts, ends = self._read_chunks(self._level_offsets[lv] + entry.head_len + entry.mask_index_len,
                                                   offsets, crcs, ids, f"level {lv} mask chunk", mask.PAD)
         mask.decode_chunks(payload, starts, ends, ids, miss, *geometry)
+
+
+def _geometry(geometry, win: Window | None):
+    """The chunk kernels' ``shape, stride, refined, base, boxes`` for arrays of the whole
+    shape, or of the window ``win`` (its shape, unit strides, boxes in its coordinates)."""
+    if win is None:
+        return geometry
+    _, _, refined, base, boxes = geometry
+    return win.shape_array, _UNIT, refined, base, win.local_boxes(boxes)
+
+
+_UNIT = np.ones(3, np.int64)
+
+
+def _select(a: np.ndarray, lo, region, shape) -> np.ndarray:
+    """``region`` (numpy basic indexing of an array of ``shape``) taken from ``a``, the internal
+    3D box of the array that starts at ``lo`` and holds the region; a copy."""
+    nd = len(shape)
+    region = region if isinstance(region, tuple) else (region,)
+    region = region + (slice(None),) * (nd - len(region))
+    idx, keep = [], []
+    for r, n in zip(region, shape):
+        if isinstance(r, slice):
+            idx.append(np.arange(*r.indices(n)))
+            keep.append(True)
+        else:
+            idx.append(np.array([int(r) + (n if r < 0 else 0)]))
+            keep.append(False)
+    if nd <= 3:
+        out = a.reshape(a.shape[3 - nd:])
+        for d in range(nd):
+            out = np.take(out, idx[d] - lo[3 - nd + d], axis=d)
+    else:  # internal axis 0 merges the leading axes
+        lead = np.ravel_multi_index(np.ix_(*idx[:-2]), shape[:-2]) - lo[0]
+        out = np.take(a, lead.ravel(), axis=0).reshape(*lead.shape, *a.shape[1:])
+        out = np.take(np.take(out, idx[-2] - lo[1], axis=nd - 2), idx[-1] - lo[2], axis=nd - 1)
+    return out.reshape([n for n, k in zip(out.shape, keep) if k])
 
 
 def open_stream(source: SourceLike) -> LossyReader:

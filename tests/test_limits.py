@@ -1,0 +1,71 @@
+"""Allocation only for what was asked: the output limit is enforced before allocating, and a
+region read holds only the region and its neighbourhood."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import strata
+from strata.errors import ResourceLimitError
+from strata.lossy import reader as lossy_reader
+from strata.lossy.header import LevelEntry
+
+from .conftest import repack_header
+
+
+@pytest.fixture(scope="module")
+def stream():
+    rng = np.random.default_rng(0)
+    a = np.cumsum(np.cumsum(rng.standard_normal((48, 64, 80)), axis=2), axis=1).astype(np.float32)
+    return a, strata.compress(a, abs_error=0.01)
+
+
+def test_bomb_stream_is_refused_before_allocating(stream):
+    # valid checksums, 8192^3 values declared, empty levels: refused, nothing allocated
+    def bomb(h):
+        h.shape = (8192, 8192, 8192)
+        h.levels = [LevelEntry(0, 0) for _ in range(h.partition().num_levels)]
+
+    blob = repack_header(stream[1], bomb)
+    with pytest.raises(ResourceLimitError, match="limit"):
+        strata.decompress(blob)
+
+
+def test_limit_just_below_and_at_the_need(stream):
+    a, blob = stream
+    r = strata.open(blob)
+    need = a.size * (a.dtype.itemsize + 4)  # values and codes
+    with pytest.raises(ResourceLimitError):
+        r.read(max_output_bytes=need - 1)
+    assert np.array_equal(r.read(max_output_bytes=need), strata.decompress(blob))
+    # a region needs far less than the whole array
+    box = (slice(20, 28), slice(30, 38), slice(40, 48))
+    assert np.array_equal(r.read(region=box, max_output_bytes=need // 2), strata.decompress(blob)[box])
+    with pytest.raises(ResourceLimitError):
+        r.read(region=box, max_output_bytes=1000)
+    # a level's grid needs about the grid
+    lv = r.levels[1]
+    grid = r.read(level=1, full_resolution=False, max_output_bytes=need // 4)
+    assert grid.shape == lv.shape
+
+
+def test_module_default_limit_applies(stream, monkeypatch):
+    a, blob = stream
+    monkeypatch.setattr(lossy_reader, "MAX_OUTPUT_BYTES", 1000)
+    with pytest.raises(ResourceLimitError):
+        strata.decompress(blob)
+    assert strata.open(blob).read(max_output_bytes=0).shape == a.shape  # 0: no limit
+
+
+def test_region_windows_stay_small():
+    # the windows of a small box in a large array hold a few boxes' worth of points, not the array
+    rng = np.random.default_rng(1)
+    a = np.cumsum(rng.standard_normal((96, 96, 96)), axis=0).astype(np.float32)
+    r = strata.open(strata.compress(a, abs_error=0.05))
+    box = r._region_box((slice(40, 48), slice(40, 48), slice(40, 48)))
+    plan = r._plan(len(r.levels) - 1, box, True)
+    wins = r._windows(len(r.levels) - 1, box, True, plan)
+    assert sum(w.size for w in wins.values()) < a.size / 8
+    full = r.read()
+    region = (slice(40, 48), slice(40, 48), slice(40, 48))
+    assert np.array_equal(r.read(region=region), full[region])

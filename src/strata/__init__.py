@@ -22,18 +22,20 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
                      metadata=metadata)
 
 
-def decompress(data, *, level=None, region=None, masked=False):
+def decompress(data, *, level=None, region=None, masked=False, max_output_bytes=None):
     """Decode a lossy stream (bytes, path or file object) to a numpy array.
 
     ``level=k`` decodes levels ``0..k`` and interpolates a full-resolution preview;
-    ``region`` (a tuple of slices) decodes only that part; ``masked=True`` returns a
-    ``numpy.ma.MaskedArray`` marking the missing values. See
-    :meth:`strata.lossy.LossyReader.read`.
+    ``region`` (a tuple of slices) decodes only that part, holding about that part in memory;
+    ``masked=True`` returns a ``numpy.ma.MaskedArray`` marking the missing values; a read that
+    would allocate more than ``max_output_bytes`` (default
+    ``strata.lossy.reader.MAX_OUTPUT_BYTES``, 8 GiB; 0: no limit) raises
+    ``ResourceLimitError`` before allocating. See :meth:`strata.lossy.LossyReader.read`.
     """
     from .lossy import LossyReader
 
     with LossyReader(data) as r:
-        return r.read(level=level, region=region, masked=masked)
+        return r.read(level=level, region=region, masked=masked, max_output_bytes=max_output_bytes)
 
 
 def open(source):  # noqa: A001 - the public name the API asks for

@@ -133,3 +133,11 @@ def test_whole_array_trial_codes_are_the_final_codes(shape):
     h = LossyHeader(a.shape, a.dtype, 0, eb, eb, settings.order, settings.flat, settings.alpha8, settings.beta8,
                     (1 << len(part.steps)) - 1 if settings.cubic else 0)
     assert np.array_equal(codes, predict_all(a.reshape(-1), NO_MISSING, part, h))
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 100000), (1, 300, 517), (40, 64, 80), (7, 9, 1000)])
+def test_chunk_count_matches_the_chunks(shape):
+    part = Partition(shape)
+    for level in range(part.num_levels):
+        for tile in (None, 1, 2, 5, 16, 64):
+            assert part.chunk_count(level, tile) == part.chunk_boxes(level, tile).shape[0]

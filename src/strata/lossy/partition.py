@@ -258,6 +258,14 @@ class Partition:
             self.cache[key] = out
         return self.cache[key]
 
+    def chunk_count(self, level: int, tile: int | None = None) -> int:
+        """Number of chunks of ``level`` at chunk edge ``tile`` (:meth:`tile_bounds`), computed
+        without building them (a hostile edge cannot make the reader allocate)."""
+        if level == 0:
+            return 1
+        t = tile or self.default_tile()
+        return math.prod(max(1, round(m / t)) for m in grid_shape(self.shape, self.level_stride(level)))
+
     def chunk_boxes(self, level: int, tile: int | None = None) -> np.ndarray:
         """Chunks of ``level``: int64 ``(n_chunks, 6)`` of grid-index ``lo0, hi0, lo1, hi1,
         lo2, hi2`` (grid of :meth:`level_stride`), in C order of the chunk grid."""

@@ -517,7 +517,7 @@ class LossyReader:
         if status:
             raise CorruptStreamError(f"level {lv}: {chunks.HEAD_ERRORS[status]}")
         tile = 1 << tile_log2
-        expected = self._part.chunk_boxes(lv, tile).shape[0]
+        expected = self._part.chunk_count(lv, tile)
         if len(crcs) != expected:
             raise CorruptStreamError(f"level {lv}: {len(crcs)} chunks listed, the shape has {expected}")
         t = _LevelTables(chunks.CONTEXT_GROUPS[group], tile, (symbols, info, zero), offsets, crcs.tolist())

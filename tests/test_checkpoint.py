@@ -69,7 +69,7 @@ def test_state_dict_round_trip_is_bit_exact(tmp_path_factory, tensors):
     ck.save(state, path)
     back = ck.load(path)
     expect = dict(state)
-    expect["layers"] = {k: (v.contiguous() if isinstance(v, torch.Tensor) else np.ascontiguousarray(v))
+    expect["layers"] = {k: (v.contiguous() if isinstance(v, torch.Tensor) else np.array(v, order="C"))
                         for k, v in state["layers"].items()}
     assert same(expect, back)
 

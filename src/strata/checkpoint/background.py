@@ -4,9 +4,9 @@ LMC: a consistent host copy first, then compression and I/O off the training loo
 :meth:`AsyncCheckpointer.save` returns once every tensor has been copied to host memory, so the
 training loop may change its parameters right away; a background thread then codes the copy
 (as the XOR against the previous snapshot, except every ``full_every``-th save, which bounds
-the chain a restore follows) and writes it atomically, in the order of the saves. Up to
-``max_pending`` snapshots wait in memory. An error in the background is raised by the next
-``save`` or by :meth:`wait`.
+the chain a restore follows, and any save whose chain would exceed ``io.MAX_CHAIN`` deltas)
+and writes it atomically, in the order of the saves. Up to ``max_pending`` snapshots wait in
+memory. An error in the background is raised by the next ``save`` or by :meth:`wait`.
 
 The host buffers are recycled: once a snapshot is written and no longer the base of the
 next delta, its buffers take the next save's copy. After the first saves (which allocate),
@@ -81,7 +81,9 @@ class AsyncCheckpointer:
                 if item is None:
                     return
                 snap, path, full = item
-                base = self._prev if not full and self._prev and self._prev[0].parent == path.parent else None
+                prev = self._prev
+                base = prev if (not full and prev and prev[0].parent == path.parent
+                                and prev[1].depth < io.MAX_CHAIN) else None
                 data = io.encode(snap, base[1] if base else None, base[0].name if base else None, self.workers)
                 atomic_write(path, data)
                 old, self._prev = self._prev, (path, snap)

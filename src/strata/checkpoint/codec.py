@@ -24,11 +24,21 @@ from numba import njit
 
 from ..container import Reader, Writer, check_crc, crc32
 from ..entropy import bytecoder, tables
-from ..errors import CorruptStreamError, InvalidInputError
+from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError
 from . import planes
 
 #: Bytes per chunk (a multiple of every element size).
 CHUNK_BYTES = 1 << 20
+#: Largest chunk a segment record may declare (the writer uses ``CHUNK_BYTES``): what the
+#: few bytes of one chunk may expand to.
+MAX_CHUNK_BYTES = 1 << 22
+#: Largest segment :func:`decode` allocates unless its caller sets a smaller limit (1 TiB).
+MAX_BYTES = 1 << 40
+#: Fewest bytes of a record's head (``n_bytes``, dtype, flags, ``chunk_bytes``, ``n_chunks``),
+#: and of one chunk: its index entry (varint length, CRC-32) and one constant byte plane
+#: (varint length, model, byte) per element byte.
+_MIN_HEAD = 5
+_MIN_CHUNK = 5 + 3
 #: Element size and bit rotation of each dtype name (safetensors spelling).
 DTYPES = {
     "BF16": (2, True), "F16": (2, True), "F32": (4, True), "F64": (8, True),
@@ -194,6 +204,13 @@ def guess_dtype(raw: np.ndarray) -> str:
     return best
 
 
+def max_decoded_bytes(length: int, itemsize: int = 1) -> int:
+    """Most bytes a well-formed segment record of ``length`` bytes (of elements of ``itemsize``
+    bytes) can decode to: every chunk takes at least ``5 + 3 * itemsize`` bytes of the record
+    and holds at most ``MAX_CHUNK_BYTES``."""
+    return max(0, length - _MIN_HEAD) // (_MIN_CHUNK + 3 * (itemsize - 1)) * MAX_CHUNK_BYTES
+
+
 def info(buf) -> dict:
     """Header fields of a segment record: ``n_bytes``, ``dtype``, ``delta``."""
     r = Reader(buf, "segment")
@@ -208,29 +225,43 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
            max_bytes: int | None = None) -> np.ndarray:
     """Decode a segment record to its bytes (uint8 array, into ``out`` if given).
 
+    Every size in the record is checked before anything is allocated: the chunk size is at
+    most ``MAX_CHUNK_BYTES``, the chunk count must fit in the record (at least ``5 + 3 *
+    itemsize`` bytes a chunk) and match the announced length, which is at most ``max_bytes``;
+    a chunk, and each of its byte planes, decodes to exactly its share of that length.
+
     Args:
         buf: the record (bytes-like).
         base: the base's bytes, required if the record is a delta (XOR).
         workers: threads (default: all cores).
         out: optional destination (uint8, ``n_bytes`` long).
-        max_bytes: refuse records announcing more than this many bytes.
+        max_bytes: refuse records announcing more than this many bytes (default ``MAX_BYTES``).
 
     Raises:
-        CorruptStreamError: checksum mismatch, truncated or inconsistent record, or a delta
-            without its base (``InvalidInputError``).
+        CorruptStreamError: checksum mismatch, truncated or inconsistent record.
+        ResourceLimitError: the record announces more than ``max_bytes`` or chunks larger than
+            ``MAX_CHUNK_BYTES``, or the memory cannot be allocated.
+        InvalidInputError: a delta without its base.
     """
     mv = memoryview(buf).cast("B")
     r = Reader(mv, "segment")
-    n = r.varint(max_bytes if max_bytes is not None else 1 << 50)
+    limit = MAX_BYTES if max_bytes is None else max_bytes
+    n = r.varint()
+    if n > limit:
+        raise ResourceLimitError(f"segment of {n} bytes exceeds the limit of {limit}")
     code = r.u8()
     flags = r.u8()
     if code >= len(_NAMES) or flags > 1:
         raise CorruptStreamError("invalid segment header")
     itemsize, rotate = DTYPES[_NAMES[code]]
-    chunk_bytes = r.varint(1 << 40)
+    chunk_bytes = r.varint()
+    if chunk_bytes > MAX_CHUNK_BYTES:
+        raise ResourceLimitError(f"segment chunks of {chunk_bytes} bytes exceed the limit of {MAX_CHUNK_BYTES}")
     n_chunks = r.varint(len(mv))
     if chunk_bytes == 0 or chunk_bytes % itemsize or n_chunks != -(-n // chunk_bytes) or n % itemsize:
         raise CorruptStreamError("inconsistent segment chunking")
+    if n_chunks * (_MIN_CHUNK + 3 * (itemsize - 1)) > len(mv) - r.pos:
+        raise CorruptStreamError(f"segment record of {len(mv)} bytes is too short for its {n_chunks} chunks")
     lens, crcs = [], []
     for _ in range(n_chunks):
         lens.append(r.varint(len(mv)))
@@ -244,7 +275,13 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
         bb = _as_u8(base)
         if bb.size != n:
             raise CorruptStreamError(f"base has {bb.size} bytes, the delta {n}")
-    out = np.empty(n, np.uint8) if out is None else out
+    if out is None:
+        try:
+            out = np.empty(n, np.uint8)
+        except MemoryError as exc:
+            raise ResourceLimitError(f"cannot allocate a segment of {n} bytes") from exc
+    elif out.size != n:
+        raise InvalidInputError(f"out has {out.size} bytes, the segment {n}")
 
     def one(c):
         a, b_ = offsets[c], offsets[c + 1]
@@ -259,4 +296,5 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
     return out
 
 
-__all__ = ["CHUNK_BYTES", "DTYPES", "decode", "encode", "info"]
+__all__ = ["CHUNK_BYTES", "DTYPES", "MAX_BYTES", "MAX_CHUNK_BYTES", "decode", "encode", "info",
+           "max_decoded_bytes"]

@@ -16,6 +16,13 @@ Usage (every rank)::
     dcp.save(state_dict, storage_writer=storage_writer("ckpt/step_100"))
     dcp.load(state_dict, storage_reader=storage_reader("ckpt/step_100"))
 
+Reading validates each item as untrusted input (:func:`decode_item`): the item must hold
+exactly the bytes the DCP metadata declares for it (its storage length), those bytes must be
+exactly one segment record, not a delta, and the size the record announces is checked against
+``MAX_ITEM_BYTES`` and against what the declared bytes can hold before anything is allocated.
+Errors are ``strata.errors`` types (``TruncatedStreamError``, ``CorruptStreamError``,
+``ResourceLimitError``); DCP may wrap them in its own exception.
+
 Limits: each item is buffered in memory while it is coded (DCP items are one rank's tensors
 or shards); XOR deltas between checkpoints are not applied here (DCP has no notion of a base
 checkpoint) -- use :class:`strata.checkpoint.AsyncCheckpointer` for incremental snapshots.
@@ -28,7 +35,38 @@ from typing import IO
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint._extension import ExtensionRegistry, StreamTransformExtension
 
+from ..errors import CorruptStreamError, FormatError, ResourceLimitError, TruncatedStreamError
 from . import codec
+
+#: Largest decoded DCP item (1 TiB).
+MAX_ITEM_BYTES = codec.MAX_BYTES
+
+
+def decode_item(stream: IO[bytes]) -> bytes:
+    """The decoded bytes of one DCP item stored by :class:`StrataTransform`.
+
+    ``stream`` is DCP's view of the item's stored bytes; its declared length (the ``length``
+    of the item's storage metadata, which DCP's view carries as ``len``) must all be there.
+
+    Raises:
+        TruncatedStreamError: fewer bytes than the metadata declares.
+        CorruptStreamError: not one well-formed, checksummed segment record, or a delta.
+        ResourceLimitError: a decoded size beyond ``MAX_ITEM_BYTES`` or beyond what the stored
+            bytes can hold.
+    """
+    data = stream.read()
+    declared = getattr(stream, "len", None)
+    if type(declared) is int and len(data) != declared:
+        raise TruncatedStreamError(f"DCP item truncated: its metadata declares {declared} bytes, "
+                                   f"the file holds {len(data)}")
+    head = codec.info(data)
+    if head["delta"]:
+        raise CorruptStreamError("a DCP item is stored as an XOR delta, which DCP items never are")
+    cap = min(MAX_ITEM_BYTES, codec.max_decoded_bytes(len(data)))
+    if head["n_bytes"] > cap:
+        raise ResourceLimitError(f"DCP item of {len(data)} bytes declares {head['n_bytes']} decoded bytes, "
+                                 f"more than it can hold or the limit allows ({cap})")
+    return codec.decode(data, max_bytes=cap).tobytes()
 
 
 class StrataTransform(StreamTransformExtension):
@@ -41,7 +79,7 @@ class StrataTransform(StreamTransformExtension):
     @staticmethod
     def from_descriptor(version: str) -> StrataTransform:
         if version.partition(".")[0] != "1":
-            raise ValueError(f"unknown stream.strata version {version!r}")
+            raise FormatError(f"unknown stream.strata version {version!r}")
         return StrataTransform()
 
     def get_descriptor(self) -> str:
@@ -51,7 +89,7 @@ class StrataTransform(StreamTransformExtension):
         return _Writer(output)
 
     def transform_from(self, input: IO[bytes]) -> IO[bytes]:
-        return io.BytesIO(codec.decode(input.read()).tobytes())
+        return io.BytesIO(decode_item(input))
 
 
 class _Writer(io.RawIOBase):

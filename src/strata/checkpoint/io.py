@@ -7,7 +7,7 @@ header is UTF-8 JSON::
      "base": null | {"file": name, "id": base snapshot id},
      "skeleton": ..., "tensors": [[name, kind, dtype, shape, segment, offset, nbytes], ...],
      "segments": [{"dtype": .., "nbytes": .., "length": .., "crc": .., "delta": bool}, ...],
-     "safetensors": null | {"header_length": ..., "ranges": [[segment, offset, nbytes], ...]}}
+     "safetensors": null | {"header_length": ...}}
 
 followed by the raw safetensors header (for ``"safetensors"`` sources) and one section per
 segment, a record of :mod:`strata.checkpoint.codec`. A segment holds the bytes of all tensors
@@ -15,12 +15,26 @@ of one dtype, in order, so small tensors share chunks. A delta's segments are XO
 base's segment of the same tensors (same names, shapes and dtype), whose file sits in the same
 folder; loading a delta follows its chain of bases. Files are written atomically.
 
-Errors: a truncated or corrupted file raises ``TruncatedStreamError`` /
-``CorruptStreamError`` naming the tensors whose bytes are damaged.
+A file is untrusted input: its header is checked against the schema of ``docs/format.md``
+(section 5) before anything else is read or allocated -- types and ranges of every field,
+tensor records tiling their segments, shapes and dtypes matching byte counts, sections inside
+the file, and every decoded size within ``MAX_SEGMENT_BYTES`` and what its record can hold
+(:func:`strata.checkpoint.codec.max_decoded_bytes`). A base is a bare file name in the same
+folder (a symlink may not lead out of it). A chain of bases is walked iteratively, one file
+open at a time: every header of the chain is checked first, then the files are decoded from
+the full snapshot up, keeping only the previous snapshot; at most ``MAX_CHAIN`` deltas.
+
+Errors: ``FormatError`` (not a checkpoint, a base that is missing, not the one the delta was
+made from, or not a bare name in the same folder), ``TruncatedStreamError`` /
+``CorruptStreamError`` naming the tensors whose bytes are damaged, ``ResourceLimitError`` (a
+size beyond the limits), all ``strata.errors`` types.
 """
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -29,14 +43,24 @@ from pathlib import Path
 import numpy as np
 
 from ..container import KIND_CHECKPOINT, Source, atomic_write, check_crc, crc32, pack, unpack_header
-from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError
+from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import codec
-from .state import Tensor, TorchBytes, flatten, unflatten
+from .state import NUMPY_DTYPES, TORCH_NAMES, Tensor, TorchBytes, check_skeleton, flatten, unflatten
 
-#: Largest decoded segment strata will allocate (1 TiB).
-MAX_SEGMENT_BYTES = 1 << 40
-#: Most levels of bases a delta may chain to.
-MAX_CHAIN = 1000
+#: Largest decoded segment strata will allocate (1 TiB); larger ones raise ``ResourceLimitError``.
+MAX_SEGMENT_BYTES = codec.MAX_BYTES
+#: Most deltas a chain may hold above its full snapshot (a longer chain, or a loop, is refused).
+MAX_CHAIN = 10_000
+#: Most dimensions of a tensor.
+MAX_NDIM = 64
+#: Largest safetensors header (its 8-byte length and JSON) a checkpoint may carry.
+MAX_SAFETENSORS_HEADER = (100 << 20) + 8
+
+#: Bytes of chain headers kept between the two passes of :func:`read` (not parsed twice).
+_KEEP_HEADERS = 8 << 20
+_KEYS = ("id", "source", "base", "skeleton", "tensors", "segments", "safetensors")
+_ID = re.compile(r"[0-9a-f]{32}\Z")
+_TORCH_DTYPES = frozenset(TORCH_NAMES.values())
 
 
 @dataclass
@@ -53,6 +77,7 @@ class Snapshot:
     source: str = "state"
     safetensors: dict | None = None
     raw_header: bytes = b""
+    depth: int = 0  # deltas below this snapshot in its chain (0: a full snapshot)
 
 
 def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list | None = None,
@@ -105,6 +130,7 @@ def encode(snap: Snapshot, base: Snapshot | None = None, base_file: str | None =
         records.append(rec)
         seg_meta.append(dict(dtype=key[0], nbytes=int(seg.size), length=len(rec), crc=crc32(rec), delta=b is not None))
     use_base = base is not None and any(m["delta"] for m in seg_meta)
+    snap.depth = base.depth + 1 if use_base else 0
     tensors = [[t.name, t.kind, t.dtype, list(t.shape), s, off, int(t.data.size)]
                for t, (s, off) in zip(snap.tensors, snap.seg_of)]
     header = dict(id=snap.id, source=snap.source,
@@ -115,77 +141,267 @@ def encode(snap: Snapshot, base: Snapshot | None = None, base_file: str | None =
     return pack(KIND_CHECKPOINT, hb, sections + records)
 
 
-def header(path) -> dict:
-    """The JSON header of a checkpoint file (segments, tensors, base), without decoding."""
-    with Source(Path(path)) as src:
-        raw, _ = unpack_header(src, KIND_CHECKPOINT)
+# ---------------------------------------------------------------------- reading, validated
+@dataclass
+class _Layout:
+    """Where a validated header's sections are, and the tensors of each segment."""
+
+    spans: list[list[tuple[int, int, str, tuple]]]  # per segment: (start, end, name, shape)
+    raw_header_at: int  # offset of the safetensors header section (-1: none)
+    record_at: list[int]  # offset of each segment's record
+
+
+def _short(x, most: int = 60) -> str:
+    """``repr(x)`` for an error message, cut to ``most`` characters (``x`` comes from a file)."""
+    r = repr(x)
+    return r if len(r) <= most else r[:most - 3] + "..."
+
+
+def _int(x, lo: int = 0, hi: int | None = None) -> bool:
+    return type(x) is int and x >= lo and (hi is None or x <= hi)
+
+
+def _shape(shape) -> bool:
+    return (isinstance(shape, list) and len(shape) <= MAX_NDIM
+            and all(_int(d, 0, MAX_SEGMENT_BYTES) for d in shape))
+
+
+def _check(h, name: str, size: int, off: int) -> _Layout:
+    """Check a parsed header against the schema and the file's ``size`` (its sections start
+    at ``off``); return where everything is.
+
+    Raises:
+        CorruptStreamError: a field of the wrong type, out of range or inconsistent.
+        TruncatedStreamError: a section ends past the end of the file.
+        ResourceLimitError: a segment larger than ``MAX_SEGMENT_BYTES`` or than its record can hold.
+    """
+    def bad(what: str) -> CorruptStreamError:
+        return CorruptStreamError(f"{name}: invalid checkpoint header: {what}")
+
+    if not isinstance(h, dict) or any(k not in h for k in _KEYS):
+        raise bad("not a JSON object with the keys " + ", ".join(_KEYS))
+    if not (isinstance(h["id"], str) and _ID.match(h["id"])):
+        raise bad("the snapshot id is not 32 hex digits")
+    source = h["source"]
+    if not isinstance(source, str) or source not in ("state", "safetensors"):
+        raise bad(f"unknown source {_short(source)}")
+    base = h["base"]
+    if base is not None and not (isinstance(base, dict) and isinstance(base.get("file"), str)
+                                 and isinstance(base.get("id"), str) and _ID.match(base["id"])):
+        raise bad("base is not {\"file\": name, \"id\": 32 hex digits}")
+    segs = h["segments"]
+    if not isinstance(segs, list):
+        raise bad("segments is not a list")
+    for s, m in enumerate(segs):
+        if not (isinstance(m, dict) and isinstance(m.get("dtype"), str) and m["dtype"] in codec.DTYPES
+                and _int(m.get("nbytes")) and _int(m.get("length")) and _int(m.get("crc"), 0, 0xFFFFFFFF)
+                and type(m.get("delta")) is bool):
+            raise bad(f"segment {s} is not {{dtype, nbytes, length, crc, delta}} of the right types")
+        if m["delta"] and base is None:
+            raise bad(f"segment {s} is a delta but the file has no base")
+    tensors = h["tensors"]
+    if not isinstance(tensors, list):
+        raise bad("tensors is not a list")
+    kinds = ("numpy", "torch") if source == "state" else ("raw",)
+    spans: list[list] = [[] for _ in segs]
+    order: dict[str, int] = {}  # dtype -> its segment, in order of first appearance
+    for i, t in enumerate(tensors):
+        if not (isinstance(t, list) and len(t) == 7):
+            raise bad(f"tensor record {i} is not a list of 7 fields")
+        tname, kind, dtype, shape, s, o, nb = t
+        if not (isinstance(tname, str) and isinstance(kind, str) and kind in kinds
+                and isinstance(dtype, str) and dtype in codec.DTYPES):
+            raise bad(f"tensor record {i} has a bad name, kind or dtype")
+        if (kind == "numpy" and dtype not in NUMPY_DTYPES) or (kind == "torch" and dtype not in _TORCH_DTYPES):
+            raise bad(f"tensor {_short(tname)}: dtype {dtype} is not a {kind} dtype")
+        if not _shape(shape):
+            raise bad(f"tensor {_short(tname)}: bad shape")
+        if not (_int(s, 0, len(segs) - 1) and _int(o) and _int(nb)):
+            raise bad(f"tensor {_short(tname)}: segment index, offset or byte count out of range")
+        if s != order.setdefault(dtype, len(order)) or segs[s]["dtype"] != dtype:
+            raise bad(f"tensor {_short(tname)} ({dtype}) is not in the segment of its dtype")
+        start = spans[s][-1][1] if spans[s] else 0
+        if o != start or o + nb > segs[s]["nbytes"]:
+            raise bad(f"tensor {_short(tname)}: bytes {o}..{o + nb} do not follow the previous tensor ({start}) "
+                      f"inside segment {s} ({segs[s]['nbytes']} bytes)")
+        if kind != "raw" and math.prod(shape) * codec.DTYPES[dtype][0] != nb:
+            raise bad(f"tensor {_short(tname)}: shape {_short(shape)} of {dtype} does not hold {nb} bytes")
+        spans[s].append((o, o + nb, tname, tuple(shape)))
+    for s, m in enumerate(segs):
+        end = spans[s][-1][1] if spans[s] else -1
+        if end != m["nbytes"]:
+            raise bad(f"segment {s} holds {m['nbytes']} bytes, its tensors {max(end, 0)}")
+    if source == "state":
+        if h["safetensors"] is not None:
+            raise bad("a state dict with a safetensors header")
+        why = check_skeleton(h["skeleton"], len(tensors))
+        if why:
+            raise bad(why)
+    else:
+        st = h["safetensors"]
+        if h["skeleton"] is not None or not (isinstance(st, dict)
+                                             and _int(st.get("header_length"), 8, MAX_SAFETENSORS_HEADER)):
+            raise bad(f"a safetensors source needs no skeleton and a header_length of 8..{MAX_SAFETENSORS_HEADER}")
+    pos, raw_at = off, -1
+    if source == "safetensors":
+        raw_at, pos = pos, pos + h["safetensors"]["header_length"] + 4
+        if pos > size:
+            raise TruncatedStreamError(f"{name}: stream truncated: the safetensors header needs bytes "
+                                       f"{raw_at}..{pos}, the file has {size}")
+    record_at = []
+    for s, m in enumerate(segs):
+        record_at.append(pos)
+        pos += m["length"]
+        cap = codec.max_decoded_bytes(m["length"])
+        if pos <= size and m["nbytes"] <= min(cap, MAX_SEGMENT_BYTES):
+            continue
+        what = _names(spans[s], 0, m["nbytes"])
+        if pos > size:
+            raise TruncatedStreamError(f"{name}: stream truncated: the segment of tensors {what} needs bytes "
+                                       f"{record_at[-1]}..{pos}, the file has {size}")
+        if m["nbytes"] > MAX_SEGMENT_BYTES:
+            raise ResourceLimitError(f"{name}: segment of {m['nbytes']} bytes (tensors {what}) exceeds the limit "
+                                     f"of {MAX_SEGMENT_BYTES}")
+        raise ResourceLimitError(f"{name}: segment of tensors {what} declares {m['nbytes']} bytes, more than "
+                                 f"its record of {m['length']} bytes can hold ({cap})")
+    if pos != size:
+        raise CorruptStreamError(f"{name}: {size - pos} unexpected bytes after the last segment")
+    return _Layout(spans, raw_at, record_at)
+
+
+def _read_header(src: Source, name: str, seen: tuple | None = None) -> tuple[dict, _Layout, bytes]:
+    """The validated JSON header of the checkpoint stream ``src``, its layout and its raw
+    bytes; ``seen``: ``(raw header, stream size, header, layout)`` of an earlier read of the
+    same file, reused if the raw header and the size are still those."""
+    raw, off = unpack_header(src, KIND_CHECKPOINT)
+    raw = bytes(raw)
+    if seen is not None and seen[1] == src.size and seen[0] == raw:
+        return seen[2], seen[3], raw
     try:
-        return json.loads(bytes(raw))
-    except ValueError as exc:
-        raise CorruptStreamError(f"{Path(path).name}: malformed checkpoint header") from exc
+        h = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested beyond the interpreter's limit
+        raise CorruptStreamError(f"{name}: malformed checkpoint header") from exc
+    return h, _check(h, name, src.size, off), raw
 
 
-def read(path, workers: int | None = None, _depth: int = 0) -> Snapshot:
-    """Decode a checkpoint file (following its chain of bases).
+def _base_path(path: Path, file: str) -> Path:
+    """The base file ``file`` named by the delta ``path``: a bare name in the same folder,
+    which (through symlinks) stays in that folder. Nothing is opened.
+
+    Raises:
+        FormatError: a path, ``..``, an absolute name, or a symlink out of the folder.
+    """
+    seps = {os.sep, "/", "\\"} | ({os.altsep} if os.altsep else set())
+    if (not file or file in (".", "..") or any(c in file for c in seps) or "\0" in file
+            or os.path.isabs(file) or Path(file).name != file):
+        raise FormatError(f"{path.name}: base {_short(file)} is not a file name in the same folder")
+    folder = path.parent
+    bpath = folder / file
+    if os.path.dirname(os.path.realpath(bpath)) != os.path.realpath(folder):
+        raise FormatError(f"{path.name}: base {_short(file)} is a link out of its folder")
+    return bpath
+
+
+def header(path) -> dict:
+    """The JSON header of a checkpoint file (segments, tensors, base), validated, without
+    decoding."""
+    path = Path(path)
+    with Source(path) as src:
+        return _read_header(src, path.name)[0]
+
+
+def read(path, workers: int | None = None) -> Snapshot:
+    """Decode a checkpoint file (following its chain of bases, iteratively).
+
+    The headers of the whole chain are read and checked first (one file open at a time),
+    from ``path`` down to its full snapshot, which is decoded; then every delta is decoded
+    on top of the snapshot below it.
 
     Raises:
         FormatError and subclasses: not a checkpoint, truncated, corrupted (naming tensors),
-            or a base that is missing or is not the one the delta was made from.
+            a base that is missing, is not the one the delta was made from, or is not a file
+            name in the same folder; ``ResourceLimitError``: sizes beyond the limits, or a
+            chain of more than ``MAX_CHAIN`` deltas (or a loop).
     """
-    if _depth > MAX_CHAIN:
-        raise CorruptStreamError("chain of delta snapshots too long (a loop?)")
     path = Path(path)
-    with Source(path) as src:
-        raw, off = unpack_header(src, KIND_CHECKPOINT)
+    chain: list[tuple[Path, str, tuple | None]] = []  # the deltas, from ``path`` down
+    kept = 0  # bytes of the headers kept for the second pass
+    seen = {os.path.realpath(path)}
+    p, want = path, None
+    while True:
         try:
-            h = json.loads(bytes(raw))
-            tensors_meta = h["tensors"]
-            seg_meta = h["segments"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptStreamError(f"{path.name}: malformed checkpoint header") from exc
-        base = None
-        if h.get("base"):
-            bpath = path.parent / h["base"]["file"]
-            if not bpath.exists():
-                raise FormatError(f"{path.name} is a delta of {h['base']['file']}, which is missing")
-            base = read(bpath, workers, _depth + 1)
-            if base.id != h["base"]["id"]:
-                raise FormatError(f"{bpath.name} is not the snapshot {path.name} was made from")
-        raw_header = b""
-        st = h.get("safetensors")
-        if st:
-            n = int(st["header_length"])
-            raw_header = bytes(src.read(off, n, "safetensors header"))
-            (crc,) = struct.unpack("<I", bytes(src.read(off + n, 4, "safetensors header checksum")))
+            src = Source(p)
+        except OSError as exc:
+            if want is None:
+                raise
+            raise FormatError(f"{chain[-1][0].name} is a delta of {p.name}, which cannot be read: {exc}") from exc
+        with src:
+            h, lay, raw = _read_header(src, p.name)
+            if want is not None and h["id"] != want:
+                raise FormatError(f"{p.name} is not the snapshot {chain[-1][0].name} was made from")
+            if h["base"] is None:
+                snap = _decode(src, h, lay, p.name, None, workers)
+                break
+        keep = kept + len(raw) <= _KEEP_HEADERS
+        kept += len(raw) if keep else 0
+        chain.append((p, h["id"], (raw, src.size, h, lay) if keep else None))
+        if len(chain) > MAX_CHAIN:
+            raise ResourceLimitError(f"{path.name}: chain of more than {MAX_CHAIN} delta snapshots")
+        bpath = _base_path(p, h["base"]["file"])
+        if not bpath.is_file():
+            raise FormatError(f"{p.name} is a delta of {h['base']['file']}, which is missing")
+        real = os.path.realpath(bpath)
+        if real in seen:
+            raise CorruptStreamError(f"{path.name}: the chain of bases loops back to {bpath.name}")
+        seen.add(real)
+        p, want = bpath, h["base"]["id"]
+    for p, want, header_seen in reversed(chain):
+        with Source(p) as src:
+            h, lay, _ = _read_header(src, p.name, header_seen)
+            if h["id"] != want or h["base"] is None or h["base"]["id"] != snap.id:
+                raise FormatError(f"{p.name} changed while its chain of bases was read")
+            snap = _decode(src, h, lay, p.name, snap, workers)
+    return snap
+
+
+def _decode(src: Source, h: dict, lay: _Layout, name: str, base: Snapshot | None, workers) -> Snapshot:
+    """Decode the sections of a checkpoint whose header ``h`` is validated, over ``base``."""
+    raw_header = b""
+    st = h["safetensors"]
+    if st:
+        n = st["header_length"]
+        raw_header = bytes(src.read(lay.raw_header_at, n, "safetensors header"))
+        (crc,) = struct.unpack("<I", bytes(src.read(lay.raw_header_at + n, 4, "safetensors header checksum")))
+        try:
             check_crc(raw_header, crc, "safetensors header")
-            off += n + 4
-        names_by_seg: dict[int, list] = {}
-        for t in tensors_meta:
-            names_by_seg.setdefault(t[4], []).append((t[5], t[5] + t[6], t[0], tuple(t[3])))
-        base_seg = {} if base is None else dict(zip(base.keys, base.segments))
-        segments = []
-        for s, m in enumerate(seg_meta):
-            if m["nbytes"] > MAX_SEGMENT_BYTES:
-                raise ResourceLimitError(f"{path.name}: segment of {m['nbytes']} bytes exceeds the limit")
-            what = _names(names_by_seg.get(s, []), 0, m["nbytes"])
-            rec = src.read(off, m["length"], f"segment of tensors {what}")
-            off += m["length"]
-            try:
-                check_crc(rec, m["crc"], f"segment of tensors {what}")
-                b = None
-                if m["delta"]:
-                    key = (m["dtype"], tuple((n, shape) for _, _, n, shape in names_by_seg.get(s, [])))
-                    b = base_seg.get(key)
-                    if b is None or b.size != m["nbytes"]:
-                        raise FormatError(f"{path.name}: the base has no segment for tensors {what}")
-                segments.append(codec.decode(rec, base=b, workers=workers, max_bytes=m["nbytes"]))
-            except CorruptStreamError as exc:
-                raise CorruptStreamError(f"{path.name}: {exc} (tensors {what})") from exc
-    tensors = [Tensor(t[0], t[1], t[2], tuple(t[3]), segments[t[4]][t[5]:t[5] + t[6]]) for t in tensors_meta]
+        except CorruptStreamError as exc:
+            raise CorruptStreamError(f"{name}: {exc}") from exc
+    base_seg = {} if base is None else dict(zip(base.keys, base.segments))
+    segments = []
+    for s, m in enumerate(h["segments"]):
+        spans = lay.spans[s]
+        what = _names(spans, 0, m["nbytes"])
+        rec = src.read(lay.record_at[s], m["length"], f"segment of tensors {what}")
+        try:
+            check_crc(rec, m["crc"], f"segment of tensors {what}")
+            head = codec.info(rec)
+            if head["n_bytes"] != m["nbytes"] or head["delta"] != m["delta"]:
+                raise CorruptStreamError("the segment record disagrees with the header")
+            b = None
+            if m["delta"]:
+                key = (m["dtype"], tuple((n, shape) for _, _, n, shape in spans))
+                b = base_seg.get(key)
+                if b is None or b.size != m["nbytes"]:
+                    raise FormatError(f"{name}: the base has no segment for tensors {what}")
+            segments.append(codec.decode(rec, base=b, workers=workers, max_bytes=m["nbytes"]))
+        except CorruptStreamError as exc:
+            raise type(exc)(f"{name}: {exc} (tensors {what})") from exc
+    tensors = [Tensor(t[0], t[1], t[2], tuple(t[3]), segments[t[4]][t[5]:t[5] + t[6]]) for t in h["tensors"]]
     snap = group(h["skeleton"], tensors, h["source"], segments)
     snap.id = h["id"]
     snap.safetensors = st
     snap.raw_header = raw_header
+    snap.depth = 0 if base is None else base.depth + 1
     return snap
 
 
@@ -213,13 +429,27 @@ def save(state_dict, path, base=None, workers: int | None = None) -> None:
     """
     path = Path(path)
     snap = group(*flatten(state_dict, lazy=True))
-    base_snap = None
-    if base is not None:
-        base = Path(base)
-        if base.resolve().parent != path.resolve().parent:
-            raise InvalidInputError("a base must be in the same folder as the delta")
-        base_snap = read(base, workers)
-    atomic_write(path, encode(snap, base_snap, base.name if base is not None else None, workers))
+    base_snap = _read_base(base, path, workers)
+    atomic_write(path, encode(snap, base_snap, base_snap and Path(base).name, workers))
+
+
+def _read_base(base, path: Path, workers) -> Snapshot | None:
+    """The decoded base of a delta about to be written to ``path`` (``None`` without one).
+
+    Raises:
+        InvalidInputError: the base is not in the folder of ``path``, or the delta would make
+            its chain longer than ``MAX_CHAIN``.
+    """
+    if base is None:
+        return None
+    base = Path(base)
+    if base.resolve().parent != Path(path).resolve().parent:
+        raise InvalidInputError("a base must be in the same folder as the delta")
+    snap = read(base, workers)
+    if snap.depth >= MAX_CHAIN:
+        raise InvalidInputError(f"{base.name} is the end of a chain of {snap.depth} deltas: a delta on it would "
+                                f"exceed MAX_CHAIN ({MAX_CHAIN}); save a full snapshot")
+    return snap
 
 
 def load(path, device: str = "cpu", workers: int | None = None):
@@ -246,15 +476,21 @@ def safetensors_snapshot(data) -> Snapshot:
     if len(mv) < 8:
         raise FormatError("not a safetensors file (too short)")
     (n,) = struct.unpack_from("<Q", mv, 0)
-    if n > len(mv) - 8 or n > 100 << 20:
+    if n > len(mv) - 8 or n > MAX_SAFETENSORS_HEADER - 8:
         raise FormatError("not a safetensors file (bad header length)")
     try:
         meta = json.loads(bytes(mv[8:8 + n]))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise FormatError("not a safetensors file (header is not JSON)") from exc
     start = 8 + n
-    entries = sorted(((v["data_offsets"][0], v["data_offsets"][1], k, v["dtype"], v["shape"])
-                      for k, v in meta.items() if k != "__metadata__"), key=lambda e: e[0])
+    try:
+        entries = sorted(((v["data_offsets"][0], v["data_offsets"][1], k, v["dtype"], v["shape"])
+                          for k, v in meta.items() if k != "__metadata__"), key=lambda e: e[0])
+        for a, b, _, dtype, shape in entries:
+            if not (_int(a) and _int(b) and isinstance(dtype, str) and _shape(shape)):
+                raise TypeError
+    except (AttributeError, KeyError, IndexError, TypeError) as exc:
+        raise FormatError("not a safetensors file (malformed tensor entries)") from exc
     tensors, pos = [], 0
     total = len(mv) - start
 
@@ -282,8 +518,8 @@ def compress_safetensors(src, dst, base=None, workers: int | None = None) -> Non
     ``base``, an earlier strata checkpoint of the same model in the same folder)."""
     data = Path(src).read_bytes()
     snap = safetensors_snapshot(data)
-    base_snap = read(base, workers) if base is not None else None
-    atomic_write(dst, encode(snap, base_snap, Path(base).name if base is not None else None, workers))
+    base_snap = _read_base(base, Path(dst), workers)
+    atomic_write(dst, encode(snap, base_snap, base_snap and Path(base).name, workers))
 
 
 def decompress_safetensors(src, dst, workers: int | None = None) -> None:
@@ -292,12 +528,42 @@ def decompress_safetensors(src, dst, workers: int | None = None) -> None:
 
 
 def safetensors_bytes(snap: Snapshot) -> bytes:
-    """The original safetensors file of a ``"safetensors"`` snapshot."""
+    """The original safetensors file of a ``"safetensors"`` snapshot.
+
+    Raises:
+        FormatError: the snapshot holds a state dict.
+        CorruptStreamError: the stored safetensors header does not describe the tensors
+            (every byte after the header must belong to exactly one tensor or gap).
+    """
     if snap.source != "safetensors":
         raise FormatError("this checkpoint holds a state dict, not a safetensors file")
-    meta = json.loads(snap.raw_header[8:].decode())
-
-    def offset(t: Tensor) -> int:
-        return int(t.name[6:]) if t.name.startswith("__gap_") else meta[t.name]["data_offsets"][0]
-
-    return b"".join([snap.raw_header] + [t.data.tobytes() for t in sorted(snap.tensors, key=offset)])
+    raw = snap.raw_header
+    try:
+        (n,) = struct.unpack_from("<Q", raw, 0)
+        meta = json.loads(raw[8:]) if n + 8 == len(raw) else None
+    except (struct.error, ValueError, RecursionError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise CorruptStreamError("the stored safetensors header is malformed")
+    placed = []
+    for t in snap.tensors:
+        gap = t.name[6:]
+        if t.name not in meta and t.name.startswith("__gap_") and gap.isascii() and gap.isdigit():
+            a, b = int(gap), int(gap) + t.data.size
+        else:
+            e = meta.get(t.name) if t.name != "__metadata__" else None
+            r = e.get("data_offsets") if isinstance(e, dict) else None
+            if not (isinstance(r, list) and len(r) == 2 and _int(r[0]) and _int(r[1])):
+                raise CorruptStreamError(f"tensor {_short(t.name)} is not in the stored safetensors header")
+            a, b = r
+        if b - a != t.data.size:
+            raise CorruptStreamError(f"tensor {_short(t.name)}: the safetensors header gives {b - a} bytes, "
+                                     f"the checkpoint {t.data.size}")
+        placed.append((a, t))
+    placed.sort(key=lambda e: e[0])
+    pos = 0
+    for a, t in placed:
+        if a != pos:
+            raise CorruptStreamError(f"tensor {_short(t.name)} at byte {a} of the safetensors data, expected {pos}")
+        pos += t.data.size
+    return b"".join([raw] + [t.data.tobytes() for _, t in placed])

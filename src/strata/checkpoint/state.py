@@ -4,9 +4,13 @@ A state dict (``model.state_dict()``, ``optimizer.state_dict()``, or any nesting
 lists and tuples) may hold torch tensors, NumPy arrays and plain values (numbers, strings,
 booleans, None). Tensors become ``{"__tensor__": i}`` in the skeleton and entry ``i`` of the
 tensor list; tuples and dicts with non-string keys are tagged so they come back as they were.
+A dict whose only key is one of these tags is itself stored tagged, so it is never taken for one.
 Tensors of any memory layout are saved by value (their contiguous bytes); they come back
 contiguous, with the same name, shape and dtype. torch is imported only if a torch tensor is
 met (``strata.checkpoint`` works on NumPy arrays without it).
+
+A skeleton read from a file is checked by :func:`check_skeleton` before :func:`unflatten`
+builds it; both walk it with an explicit stack (no recursion, whatever the nesting).
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ NUMPY_NAMES = {
     np.dtype("bool"): "BOOL", np.dtype("complex64"): "C64", np.dtype("complex128"): "C128",
 }
 NUMPY_DTYPES = {v: k for k, v in NUMPY_NAMES.items()}
+#: Keys that tag a skeleton node: a tensor, a tuple, a dict with non-string keys.
+TAGS = ("__tensor__", "__tuple__", "__dict__")
 #: torch dtype attribute name -> safetensors dtype name.
 TORCH_NAMES = {
     "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32",
@@ -100,9 +106,10 @@ def tensor_bytes(x, copy: bool = False, lazy: bool = False) -> tuple[str, str, t
     dt = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
     if np.dtype(dt).newbyteorder("=") not in NUMPY_NAMES:
         raise UnsupportedDtypeError(f"NumPy dtype {a.dtype} is not supported")
+    shape = tuple(a.shape)  # (ascontiguousarray makes a 0-d array 1-d)
     a = np.ascontiguousarray(a, dtype=np.dtype(dt).newbyteorder("<"))
     b = a.reshape(-1).view(np.uint8)
-    return "numpy", NUMPY_NAMES[np.dtype(dt).newbyteorder("=")], tuple(a.shape), (b.copy() if copy else b)
+    return "numpy", NUMPY_NAMES[np.dtype(dt).newbyteorder("=")], shape, (b.copy() if copy else b)
 
 
 def flatten(state, copy: bool = False, lazy: bool = False) -> tuple[object, list[Tensor]]:
@@ -120,7 +127,7 @@ def flatten(state, copy: bool = False, lazy: bool = False) -> tuple[object, list
             tensors.append(Tensor(path, kind, dtype, shape, data))
             return {"__tensor__": len(tensors) - 1}
         if isinstance(x, dict):
-            if all(isinstance(k, str) for k in x):
+            if all(isinstance(k, str) for k in x) and not (len(x) == 1 and next(iter(x)) in TAGS):
                 return {k: walk(v, f"{path}.{k}" if path else k) for k, v in x.items()}
             return {"__dict__": [[_key(k), walk(v, f"{path}.{k}" if path else str(k))] for k, v in x.items()]}
         if isinstance(x, (list, tuple)):
@@ -141,8 +148,55 @@ def _key(k):
     raise InvalidInputError(f"dict key {k!r} of type {type(k).__name__} cannot be stored")
 
 
+def check_skeleton(skeleton, n_tensors: int) -> str | None:
+    """Why ``skeleton`` (parsed JSON) is not one :func:`unflatten` can build with ``n_tensors``
+    tensors, each referenced exactly once, or ``None`` if it is. Walks with an explicit stack."""
+    seen = bytearray(n_tensors)
+    stack = [skeleton]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            if len(x) == 1 and "__tensor__" in x:
+                i = x["__tensor__"]
+                if type(i) is not int or not 0 <= i < n_tensors:
+                    return f"tensor reference {repr(i)[:40]} out of range (the file has {n_tensors} tensors)"
+                if seen[i]:
+                    return f"tensor {i} referenced twice"
+                seen[i] = 1
+            elif len(x) == 1 and "__tuple__" in x:
+                if not isinstance(x["__tuple__"], list):
+                    return "a tuple node is not a list"
+                stack.extend(x["__tuple__"])
+            elif len(x) == 1 and "__dict__" in x:
+                items = x["__dict__"]
+                if not isinstance(items, list):
+                    return "a dict node is not a list"
+                for item in items:
+                    if not (isinstance(item, list) and len(item) == 2
+                            and (item[0] is None or isinstance(item[0], (str, int, float)))):
+                        return "a dict node's item is not a [key, value] pair with a plain key"
+                    stack.append(item[1])
+            else:
+                stack.extend(x.values())
+    if not all(seen):
+        return f"tensor {seen.index(0)} is not referenced"
+    return None
+
+
+class _Node:
+    """A container being rebuilt by :func:`unflatten`: its kind, child nodes, keys, and values."""
+
+    __slots__ = ("kind", "items", "keys", "out", "i")
+
+    def __init__(self, kind: str, items: list, keys: list | None = None):
+        self.kind, self.items, self.keys, self.out, self.i = kind, items, keys, [], 0
+
+
 def unflatten(skeleton, tensors: list, device: str = "cpu"):
-    """Rebuild the state dict from its skeleton and decoded :class:`Tensor` entries."""
+    """Rebuild the state dict from its skeleton and decoded :class:`Tensor` entries (the
+    skeleton as :func:`flatten` makes it, or checked by :func:`check_skeleton`)."""
 
     def build(t: Tensor):
         if t.kind == "torch":
@@ -154,17 +208,30 @@ def unflatten(skeleton, tensors: list, device: str = "cpu"):
             return out if device == "cpu" else out.to(device)
         return np.ascontiguousarray(t.data).view(NUMPY_DTYPES[t.dtype].newbyteorder("<")).reshape(t.shape)
 
-    def walk(x):
-        if isinstance(x, dict):
-            if "__tensor__" in x and len(x) == 1:
-                return build(tensors[x["__tensor__"]])
-            if "__tuple__" in x and len(x) == 1:
-                return tuple(walk(v) for v in x["__tuple__"])
-            if "__dict__" in x and len(x) == 1:
-                return {k: walk(v) for k, v in x["__dict__"]}
-            return {k: walk(v) for k, v in x.items()}
+    top = _Node("list", [skeleton])
+    stack = [top]
+    while stack:
+        node = stack[-1]
+        if node.i == len(node.items):
+            stack.pop()
+            if stack:
+                out = node.out
+                stack[-1].out.append(out if node.kind == "list" else tuple(out) if node.kind == "tuple"
+                                     else dict(zip(node.keys, out)))
+            continue
+        x = node.items[node.i]
+        node.i += 1
         if isinstance(x, list):
-            return [walk(v) for v in x]
-        return x
-
-    return walk(skeleton)
+            stack.append(_Node("list", x))
+        elif isinstance(x, dict):
+            if len(x) == 1 and "__tensor__" in x:
+                node.out.append(build(tensors[x["__tensor__"]]))
+            elif len(x) == 1 and "__tuple__" in x:
+                stack.append(_Node("tuple", x["__tuple__"]))
+            elif len(x) == 1 and "__dict__" in x:
+                stack.append(_Node("dict", [v for _, v in x["__dict__"]], [k for k, _ in x["__dict__"]]))
+            else:
+                stack.append(_Node("dict", list(x.values()), list(x)))
+        else:
+            node.out.append(x)
+    return top.out[0]

@@ -148,6 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--snapshots", type=int, default=4, help="latest fp32 snapshots (and their bf16 copies)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "checkpoint_vs_anchors")
     args = ap.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)  # now, not after a long run
     A = harness()
     model = SHARED / "data" / "llm" / "all-MiniLM-L6-v2.fp32.safetensors"
     tmp = Path(tempfile.mkdtemp())

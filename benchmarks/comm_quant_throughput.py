@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default: %(default)s)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
     args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)  # now, not after a long run
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(args.numel, generator=gen) * 0.02

@@ -195,6 +195,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="3 repeats, no memory, no streaming section")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "lossy_vs_anchors")
     args = ap.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)  # now, not after a long run
     rels = [float(v) for v in args.eb.split(",")]
     repeats = 3 if args.quick else args.repeats
     files = sorted(args.data.glob("*.f32")) + sorted(args.data.glob("*.f64"))
@@ -235,7 +236,6 @@ def main(argv=None):
     if st:
         text += f"\n## Progressive and region decoding\n{fmt_streaming(st)}\n"
     print("\n" + text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out.with_suffix(".md"), text)
     report = dict(machine=machine(), rows=rows, summary={str(k): v for k, v in summ_data.items()},
                   streaming=st, peak_memory_MB=mem)

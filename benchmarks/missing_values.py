@@ -205,6 +205,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "missing_values")
     args = ap.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)  # now, not after a long run
     rels = [float(v) for v in args.eb.split(",")]
     if not (args.data / "masks" / "basin_mask_33x180x360.nc").exists():
         print(f"no basin mask under {args.data}", file=sys.stderr)
@@ -233,7 +234,6 @@ def main(argv=None):
             f"## Summary (geomean over the fields of strata's ratio over each row's)\n\n{summ}\n\n"
             f"## Every field\n\n{fmt(rows)}\n")
     print("\n" + text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out.with_suffix(".md"), text)
     atomic_write(args.out.with_suffix(".json"),
                  json.dumps(dict(machine=machine(), rows=rows, summary={str(k): v for k, v in summ_data.items()}),

@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
     args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
     sdp = CommConfig.arm("sdp4bit")
     report = {"paper_speedup": PAPER_SPEEDUP, "settings": {}}
     md: list[str] = []

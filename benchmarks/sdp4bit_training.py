@@ -287,6 +287,7 @@ def table(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)  # now, not after a long run
     if args.replot:
         report = json.loads((args.out / "sdp4bit_training.json").read_text())
         results = {a: {"history": report["history"][a], "batch_loss": report["batch_loss"][a]} for a in report["arms"]}

@@ -309,6 +309,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)  # now, not after a long run
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
@@ -339,7 +340,6 @@ def main(argv: list[str] | None = None) -> dict:
         return tr, va
 
     out_dir: Path = args.out
-    out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"seed": args.seed, "config": asdict(cfg)}
     history: list[dict] = []
     snapshots: list[str] = []

@@ -171,6 +171,34 @@ def test_generator_makes_codes_reproducible_and_bf16_input():
     assert torch.equal(a.codes, b.codes) and not torch.equal(a.codes, c.codes)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_nonfinite_groups_propagate_as_nan(bits, stochastic):
+    """nonfinite="propagate" (what the collectives use): a group holding NaN or +-Inf gets scale NaN and codes 0, so
+    all its values decode to NaN; every other group is coded exactly as without the bad values (same draws)."""
+    x = heavy_tailed(1000, 3).to(torch.float16)
+    bad = x.clone()
+    bad[130], bad[600], bad[999] = float("inf"), float("nan"), float("-inf")
+    zeroed = x.clone()
+    groups = [1, 4, 7]
+    for g in groups:
+        zeroed[g * 128:(g + 1) * 128] = 0
+    qb = quantize(bad, bits, 128, stochastic=stochastic, generator=torch.Generator().manual_seed(1),
+                  nonfinite="propagate")
+    qz = quantize(zeroed, bits, 128, stochastic=stochastic, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(qb.codes, qz.codes)
+    is_bad = torch.zeros(qb.scales.numel(), dtype=torch.bool)
+    is_bad[groups] = True
+    assert bool(qb.scales[is_bad].isnan().all()) and torch.equal(qb.scales[~is_bad], qz.scales[~is_bad])
+    d, dz = dequantize(qb), dequantize(qz)
+    nan_at = is_bad.repeat_interleave(128)[:1000]
+    assert torch.equal(d.isnan(), nan_at) and torch.equal(d[~nan_at], dz[~nan_at])
+    with pytest.raises(NonFiniteValueError):
+        quantize(bad, bits, 128)
+    with pytest.raises(InvalidInputError):
+        quantize(x, bits, 128, nonfinite="ignore")
+
+
 def test_bad_input_raises():
     x = torch.randn(100)
     for bits in (0, 2, 3, 16, 4.0, True):

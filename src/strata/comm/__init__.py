@@ -8,7 +8,8 @@ Training" (NeurIPS 2024, arXiv:2410.15526), with ZeRO++ (arXiv:2306.10209) basel
 * :mod:`~strata.comm.hadamard` - the blockwise 32-point Hadamard transform;
 * :mod:`~strata.comm.collectives` - qWD / direct / plain weight all-gather, TLq / TLq-HS / qgZ / plain gradient
   reduce-scatter, process groups from ``ranks_per_node``, wire-byte accounting;
-* :mod:`~strata.comm.sharded` - :class:`ShardedOptimizer`, the ZeRO-style sharded optimizer wrapper;
+* :mod:`~strata.comm.sharded` - :class:`ShardedOptimizer`, the ZeRO-style sharded optimizer wrapper (per-rank
+  checkpoints with exact resume, fp16 loss scaling with overflow skipping);
 * :mod:`~strata.comm.fsdp` - the same collectives as FSDP2 custom all-gather / reduce-scatter;
 * :mod:`~strata.comm.model` - a throughput model projecting step time and speedup.
 

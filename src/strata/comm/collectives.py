@@ -20,6 +20,10 @@
 Conventions: a *shard* is ``S`` consecutive elements; the flat vector of ``W * S`` elements holds rank ``r``'s
 shard at ``[r * S, (r + 1) * S)``. Averaging over ranks is done once, by the caller, before the reduce-scatter
 (as Megatron does), so the collectives here only sum.
+
+Non-finite values never make a collective raise: the plain paths carry them as they are, the quantized paths
+send a quantization group holding NaN or Inf as NaN (scale NaN, see :func:`strata.comm.quantize.quantize`), so
+an fp16 overflow shows up as NaN or Inf in the output (at least in the owner's shard) for a loss scaler to see.
 """
 from __future__ import annotations
 
@@ -221,7 +225,7 @@ def _quantized_all_to_all(x: torch.Tensor, chunks: int, bits: int, group_size: i
     """Quantize ``x`` (``chunks`` equal chunks, chunk ``i`` for group rank ``i``), all-to-all, dequantize:
     fp32 ``(chunks, len(x) // chunks)``, row ``i`` is what group rank ``i`` sent to this rank."""
     per = x.numel() // chunks
-    q = quantize(x, bits, group_size, stochastic=cfg.stochastic, generator=generator)
+    q = quantize(x, bits, group_size, stochastic=cfg.stochastic, generator=generator, nonfinite="propagate")
     wire = _to_wire(q, chunks)
     recv = torch.empty_like(wire)
     all_to_all_counted(recv, wire, group, topo, stats, name, per)
@@ -378,7 +382,7 @@ class WeightAllGather:
     def _gather_quantized(self, payload: torch.Tensor) -> torch.Tensor:
         cfg, w, s = self.cfg, self.topo.world_size, payload.numel()
         q = quantize(payload, cfg.weight_bits, cfg.weight_group_size, stochastic=cfg.stochastic,
-                     generator=self.generator)
+                     generator=self.generator, nonfinite="propagate")
         wire = _to_wire(q, 1).view(-1)
         out = torch.empty(w * wire.numel(), dtype=torch.uint8, device=payload.device)
         all_gather_counted(out, wire, None, self.topo, self.stats, self.name, s)

@@ -11,7 +11,10 @@ probability ``y - floor(y)``, so ``E[q] = y`` (unbiased) and ``|x - q s| < s`` (
 bin). Deterministic round-to-nearest (``|x - q s| <= s / 2``, biased) is available for comparison.
 
 Groups whose values are all zero get ``s = 0`` and codes 0 (exact). Inputs whose length is not a
-multiple of the group size are zero-padded; ``numel`` keeps the true length. 4-bit codes are
+multiple of the group size are zero-padded; ``numel`` keeps the true length. NaN or Inf raise by
+default; with ``nonfinite="propagate"`` (what the collectives use, so that an fp16 overflow reaches
+the loss scaler instead of crashing the step) a group holding one gets the scale NaN and codes 0, so
+every value of that group decodes to NaN: the overflow is flagged, never hidden. 4-bit codes are
 packed two per byte (element ``2i`` in the low nibble, ``2i + 1`` in the high nibble, two's
 complement), 8-bit codes are int8.
 """
@@ -24,6 +27,7 @@ import torch
 from ..errors import InvalidInputError, NonFiniteValueError, UnsupportedDtypeError
 
 SUPPORTED_BITS = (4, 8)
+NONFINITE_MODES = ("raise", "propagate")
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -124,6 +128,7 @@ def quantize(
     *,
     stochastic: bool = True,
     generator: torch.Generator | None = None,
+    nonfinite: str = "raise",
 ) -> QuantizedTensor:
     """Group-wise symmetric quantization of ``x`` (any shape, read flat) to ``bits`` bits.
 
@@ -133,19 +138,25 @@ def quantize(
         group_size: elements per fp32 scale; the last group is zero-padded.
         stochastic: unbiased stochastic rounding (default, as in SDP4Bit) or round-to-nearest.
         generator: random source for stochastic rounding (on ``x.device``); ``None`` uses torch's default.
+        nonfinite: what a group holding NaN or +-Inf does: ``"raise"`` (default) or ``"propagate"``: its
+            scale is NaN and its codes 0, so all its values decode to NaN (the other groups are unaffected,
+            and the random draws are the same as for finite input).
 
     Returns:
         :class:`QuantizedTensor`; ``dequantize`` gives back ``numel`` fp32 values, each within one
         quantization bin (``scale`` of its group; half a bin for round-to-nearest) of the input.
 
     Raises:
-        InvalidInputError: ``x`` is not a tensor, ``bits`` not in {4, 8}, ``group_size`` not a positive int.
+        InvalidInputError: ``x`` is not a tensor, ``bits`` not in {4, 8}, ``group_size`` not a positive int,
+            ``nonfinite`` not ``"raise"`` or ``"propagate"``.
         UnsupportedDtypeError: ``x`` is not floating point.
-        NonFiniteValueError: ``x`` holds NaN or Inf (its group's scale would not be finite).
+        NonFiniteValueError: ``x`` holds NaN or Inf and ``nonfinite="raise"``.
     """
     _check_tensor(x)
     check_bits(bits)
     check_group_size(group_size)
+    if nonfinite not in NONFINITE_MODES:
+        raise InvalidInputError(f"nonfinite must be one of {NONFINITE_MODES}, got {nonfinite!r}")
     flat = x.reshape(-1)
     n = flat.numel()
     n_groups = -(-n // group_size)
@@ -155,12 +166,19 @@ def quantize(
         xf = torch.cat([xf, xf.new_zeros(pad)])
     xg = xf.view(n_groups, group_size)
     absmax = xg.abs().amax(dim=1) if n_groups else xf.new_zeros(0)
+    bad = None
     if not bool(torch.isfinite(absmax).all()):
-        raise NonFiniteValueError("cannot quantize NaN or Inf values")
+        if nonfinite == "raise":
+            raise NonFiniteValueError("cannot quantize NaN or Inf values")
+        bad = ~torch.isfinite(absmax)  # such groups: codes 0, scale NaN (decode to NaN)
+        absmax = absmax.masked_fill(bad, 0.0)
     q = float(qmax(bits))
     scales = absmax / q
     inv = torch.where(absmax > 0, q / torch.where(absmax > 0, absmax, 1.0), 0.0)
     y = xg * inv[:, None]
+    if bad is not None:
+        y.masked_fill_(bad[:, None], 0.0)
+        scales.masked_fill_(bad, float("nan"))
     if stochastic:
         y.add_(torch.rand(y.shape, generator=generator, device=y.device, dtype=torch.float32)).floor_()
     else:

@@ -7,6 +7,7 @@ Every byte is checksummed before it is decoded.
 """
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 
@@ -246,7 +247,7 @@ class LossyReader:
             raise InvalidInputError("a region is read at full resolution")
         box = self._region_box(region) if region is not None else None
         if box is not None and box.empty():
-            out = np.empty(self.shape, self.dtype)[region]
+            out = np.empty(_region_shape(region, self.shape), self.dtype)
             return np.ma.MaskedArray(out, mask=np.zeros(out.shape, bool)) if masked else out
         report = progress or (lambda done, total: None)
         if box is None and full_resolution:
@@ -257,23 +258,31 @@ class LossyReader:
                 out, m = _select(out, box.lo, region, self.shape), _select(m, box.lo, region, self.shape)
         return np.ma.MaskedArray(out, mask=m) if masked else out
 
-    def read_mask(self, region=None) -> np.ndarray:
+    def read_mask(self, region=None, *, max_output_bytes: int | None = None) -> np.ndarray:
         """The missing-value mask (bool, ``True`` = missing) of the array or of ``region``
-        (as in :meth:`read`); only the mask chunks the region touches are decoded.
+        (as in :meth:`read`); only the mask chunks the region touches are decoded, into
+        windows (as a region read).
 
         Raises:
             InvalidInputError: bad ``region``.
+            ResourceLimitError: the read would allocate more than ``max_output_bytes``.
             CorruptStreamError, TruncatedStreamError: the mask bytes needed are damaged.
         """
         part = self._part
+        limit = MAX_OUTPUT_BYTES if max_output_bytes is None else int(max_output_bytes)
         box = self._region_box(region) if region is not None else None
+        out_shape = _region_shape(region, self.shape) if region is not None else self.shape
+        self._check_limit(math.prod(out_shape), limit)
         if part is None or not self.header.missing_count or (box is not None and box.empty()):
-            m = np.zeros(self.shape, bool)
-            return np.array(m[region]) if region is not None else m
+            return np.zeros(out_shape, bool)
         whole = box is None
         box = Box.whole(part.shape) if whole else box
+        geometry = self._geometry_bytes(range(1), range(part.num_levels))
+        self._check_limit(geometry, limit)  # (before the plan builds any chunk table)
         plan = self._plan(0, box, True)
         wins = self._windows(0, box, True, plan)
+        sizes = [wins[lv].size for lv in sorted(wins)]
+        self._check_limit(max(a + b for a, b in zip(sizes, sizes[1:] + [0])) + geometry, limit)
         prev = None
         for lv in sorted(wins):
             w = wins[lv]
@@ -289,6 +298,16 @@ class LossyReader:
     def _bytes_per_point(self, codes: bool = True) -> int:
         return self.dtype.itemsize + 4 * codes + (1 if self.header.missing_count else 0)
 
+    def _geometry_bytes(self, code_levels, mask_levels) -> int:
+        """Bytes of the chunk tables (boxes and bounds, :func:`level_geometry`) a read builds
+        for the codes of ``code_levels`` and the mask of ``mask_levels``, from the chunk
+        counts alone."""
+        part = self._part
+        n = sum(part.chunk_count(lv, self._level_tables(lv).tile) for lv in code_levels)
+        if self.header.missing_count:
+            n += sum(part.chunk_count(lv) for lv in mask_levels)
+        return 64 * n
+
     @staticmethod
     def _check_limit(n_bytes: int, limit: int) -> None:
         if limit and n_bytes > limit:
@@ -298,7 +317,9 @@ class LossyReader:
     def _read_whole(self, level: int, limit: int, report):
         """Everything at full resolution, into arrays of the whole shape."""
         h, part = self.header, self._part
-        self._check_limit(h.size * self._bytes_per_point(), limit)
+        self._check_limit(h.size * self._bytes_per_point(), limit)  # (before reading any level head)
+        geometry = self._geometry_bytes(range(level + 1), range(part.num_levels))
+        self._check_limit(h.size * self._bytes_per_point() + geometry, limit)
         x = np.empty(part.points((1, 1, 1)), dtype=self.dtype)
         codes = np.empty(x.size, dtype=np.int32)
         miss = np.zeros(x.size, np.uint8) if h.missing_count else missing.NO_MISSING
@@ -325,11 +346,14 @@ class LossyReader:
         the values and mask of the region's internal 3D box (full resolution), or the grid."""
         part = self._part
         box = box if box is not None else Box.whole(part.shape)
+        top = part.num_levels - 1 if full_resolution else level
+        geometry = self._geometry_bytes(range(level + 1), range(top + 1))
+        self._check_limit(geometry, limit)  # (before the plan builds any chunk table)
         plan = self._plan(level, box, full_resolution)
         wins = self._windows(level, box, full_resolution, plan)
         # at most two windows are alive at once, with codes where a level is decoded
         sizes = [wins[lv].size * self._bytes_per_point(lv <= level) for lv in sorted(wins)]
-        self._check_limit(max(a + b for a, b in zip(sizes, sizes[1:] + [0])), limit)
+        self._check_limit(max(a + b for a, b in zip(sizes, sizes[1:] + [0])) + geometry, limit)
         win, x = self._decode_windows(level, plan, wins, report)
         x, miss = x
         m = self._finish(x, miss, win)
@@ -388,7 +412,7 @@ class LossyReader:
         for lv in range(level, 0, -1):
             tile = self._level_tables(lv).tile
             if box is None:
-                level_chunks[lv] = np.arange(part.chunk_boxes(lv, tile).shape[0])
+                level_chunks[lv] = np.arange(part.chunk_count(lv, tile))
                 continue
             cbox = step_passes[part.base_steps + lv - 1][0].box
             if need_codes is not None:
@@ -404,7 +428,7 @@ class LossyReader:
             need = None
             for lv in range(top, 0, -1):
                 if box is None:
-                    mask_chunks[lv] = np.arange(part.chunk_boxes(lv).shape[0])
+                    mask_chunks[lv] = np.arange(part.chunk_count(lv))
                     continue
                 # the mask where the level's codes are decoded (or its preview runs), and the
                 # coarser mask inside the finer level's mask chunks
@@ -603,6 +627,13 @@ def _geometry(geometry, win: Window | None):
 
 
 _UNIT = np.ones(3, np.int64)
+
+
+def _region_shape(region, shape) -> tuple[int, ...]:
+    """Shape of ``np.empty(shape)[region]`` (a valid basic-indexing region), computed."""
+    region = region if isinstance(region, tuple) else (region,)
+    region = region + (slice(None),) * (len(shape) - len(region))
+    return tuple(len(range(*r.indices(n))) for r, n in zip(region, shape) if isinstance(r, slice))
 
 
 def _select(a: np.ndarray, lo, region, shape) -> np.ndarray:

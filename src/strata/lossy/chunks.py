@@ -496,7 +496,8 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
             end = ends[j]
             n_r, pos = _varint(payload, starts[j], end)
             n_x, pos = _varint(payload, pos, end)
-            if n_r < rans.STATE_BYTES or n_x < 0 or pos + n_r + n_x > end:
+            # (compared by difference: lengths up to 2**63 must not wrap the sum around)
+            if n_r < rans.STATE_BYTES or n_x < 0 or n_r > end - pos or n_x > end - pos - n_r:
                 errors[j] = 1
                 continue
             r_end = pos + n_r
@@ -574,7 +575,7 @@ def parse_level_head(head, payload_len, groups, zero_fast_path):
         return 2, group, tile_log2, symbols, info, zero, offsets, crcs
     cmap = groups[group]
     tlen, pos = _varint(head, 2, end)
-    if tlen < 0 or pos + tlen > end:
+    if tlen < 0 or tlen > end - pos:
         return 3, group, tile_log2, symbols, info, zero, offsets, crcs
     n_tables = 0
     for t in cmap:
@@ -605,6 +606,8 @@ def parse_level_head(head, payload_len, groups, zero_fast_path):
         v, pos = _varint(head, pos, end)
         if v < 0:
             return 5, group, tile_log2, symbols, info, zero, offsets, crcs
+        if v > payload_len - offsets[c]:  # (before adding: no wrap-around)
+            return 6, group, tile_log2, symbols, info, zero, offsets, crcs
         offsets[c + 1] = offsets[c] + v
     if offsets[n_chunks] != payload_len:
         return 6, group, tile_log2, symbols, info, zero, offsets, crcs

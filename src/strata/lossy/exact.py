@@ -50,7 +50,8 @@ def read(data, size: int, dtype) -> tuple[np.ndarray, np.ndarray]:
         raise CorruptStreamError("exact-value section lists more values than it holds")
     gaps = np.fromiter((r.varint(size) for _ in range(n)), dtype=np.int64, count=n)
     pos = np.cumsum(gaps)
-    if n and (pos[-1] >= size or (n > 1 and not (gaps[1:] > 0).all())):
+    # (positions compared, not gaps: a sum of gaps past 2**63 wraps around to negative ones)
+    if n and (pos[-1] >= size or (n > 1 and not (pos[1:] > pos[:-1]).all())):
         raise CorruptStreamError("exact-value positions outside the array or not increasing")
     vals = np.frombuffer(r.raw(n * np.dtype(dtype).itemsize), dtype=dtype)
     r.done()

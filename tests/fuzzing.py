@@ -1039,17 +1039,39 @@ def _cf_metadata(shape, packed=False):
     return desc.to_json()
 
 
-def build_bases(folder) -> list[Base]:
+def build_bases(folder, jobs: int | None = None) -> list[Base]:
     """Write the valid streams the fuzzer starts from into ``folder``; returns their list.
-    Deterministic: the same bytes on every run (fixed data, fixed snapshot ids)."""
+    Deterministic: the same bytes on every run (fixed data, fixed snapshot ids). ``jobs``
+    subprocesses (default: 2 if there are 2 cores) write the float32 ones and the others side
+    by side (compiling the encoders, into the normal numba cache, takes most of the time)."""
+    jobs = jobs or min(2, len(os.sched_getaffinity(0)))
+    if jobs == 1:
+        return _build_bases(Path(folder), 0, 1)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--build", str(folder), str(k),
+                               str(jobs)], env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for k in range(jobs)]
+    errors = [(p.returncode, err) for p, (_, err) in ((p, p.communicate()) for p in procs)]
+    for code, err in errors:
+        if code:
+            raise RuntimeError(f"building the base streams failed ({code}): {err.decode(errors='replace')[-3000:]}")
+    return _build_bases(Path(folder), None, jobs)
+
+
+def _build_bases(folder: Path, part: int | None, parts: int) -> list[Base]:
+    """The base streams: those of ``part`` (of ``parts``) written, every one listed (and the
+    list written to ``bases.json`` unless ``part`` is one of several)."""
     import numpy as np
 
     import strata
 
-    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(20240611)
     out: list[Base] = []
+
+    def mine(group: int) -> bool:  # group 0: the float32 streams, 1: the others
+        return part is not None and group % parts == part
 
     def smooth(shape, dtype):
         a = rng.standard_normal(shape)
@@ -1058,8 +1080,8 @@ def build_bases(folder) -> list[Base]:
         return (a / max(1.0, np.abs(a).max()) * 100).astype(dtype)
 
     def lossy(name, a, **kw):
-        blob = strata.compress(a, **kw)
-        (folder / f"{name}.strata").write_bytes(blob)
+        if mine(0 if a.dtype == np.float32 else 1):
+            (folder / f"{name}.strata").write_bytes(strata.compress(a, **kw))
         decs = LOSSY_DECODERS if kw.get("metadata") else tuple(d for d in LOSSY_DECODERS if d != "netcdf")
         out.append(Base(name, "lossy", f"{name}.strata", decs))
 
@@ -1109,8 +1131,23 @@ def build_bases(folder) -> list[Base]:
     lossy("f64_scalar", np.array(2.5), abs_error=0.1)
     lossy("f32_empty", np.zeros((0, 4), np.float32), abs_error=0.1, metadata={"empty": True})
 
-    # checkpoints: a state dict (full, then a delta against it), a safetensors file, a larger
-    # segment (several 1 MiB chunks, split byte planes)
+    if mine(1):
+        _build_checkpoints(folder, rng)
+    out += [Base("ckpt_full", "checkpoint", "ckpt_full.strata", CHECKPOINT_DECODERS, {"api": "load"}),
+            Base("ckpt_delta", "checkpoint", "ckpt_delta.strata", CHECKPOINT_DECODERS,
+                 {"api": "load", "needs": ["ckpt_full.strata"]}),
+            Base("ckpt_big", "checkpoint", "ckpt_big.strata", CHECKPOINT_DECODERS, {"api": "load"}),
+            Base("ckpt_safetensors", "checkpoint", "ckpt_st.strata", CHECKPOINT_DECODERS, {"api": "safetensors"})]
+    if part is None or parts == 1:
+        (folder / "bases.json").write_text(json.dumps([b.__dict__ for b in out]))
+    return out
+
+
+def _build_checkpoints(folder: Path, rng) -> None:
+    """Checkpoint files: a state dict (full, then a delta against it), a larger segment (several
+    1 MiB chunks, split byte planes), a safetensors file."""
+    import numpy as np
+
     try:
         import torch
     except ImportError:  # (strata.checkpoint takes NumPy arrays alone)
@@ -1136,7 +1173,6 @@ def build_bases(folder) -> list[Base]:
              "empty": np.zeros((0, 3), np.float32), "half": half}
     full = snapshot_bytes(state, "0123456789abcdef0123456789abcdef")
     (folder / "ckpt_full.strata").write_bytes(full)
-    out.append(Base("ckpt_full", "checkpoint", "ckpt_full.strata", CHECKPOINT_DECODERS, {"api": "load"}))
     state2 = dict(state)
     state2["model"] = dict(state["model"])
     w = w0.clone() if torch is not None else w0.copy()
@@ -1146,22 +1182,16 @@ def build_bases(folder) -> list[Base]:
     base_snap = ckio.read(folder / "ckpt_full.strata")
     delta = snapshot_bytes(state2, "fedcba9876543210fedcba9876543210", base_snap, "ckpt_full.strata")
     (folder / "ckpt_delta.strata").write_bytes(delta)
-    out.append(Base("ckpt_delta", "checkpoint", "ckpt_delta.strata", CHECKPOINT_DECODERS,
-                    {"api": "load", "needs": ["ckpt_full.strata"]}))
     big = np.concatenate([rng.standard_normal(100_000) * 1e-3, rng.standard_normal(100_000) * 10,
                           np.zeros(60_000), rng.integers(0, 4, 40_000)]).astype(np.float32)
     bigb = snapshot_bytes({"big": big, "x": np.float64(1.0)}, "00000000000000000000000000000001")
     (folder / "ckpt_big.strata").write_bytes(bigb)
-    out.append(Base("ckpt_big", "checkpoint", "ckpt_big.strata", CHECKPOINT_DECODERS, {"api": "load"}))
     st_bytes = _safetensors({"a": np.cumsum(rng.standard_normal((30, 20)), axis=1).astype(np.float32),
                              "b": np.arange(17, dtype=np.int64), "c": rng.standard_normal(9).astype(np.float16)},
                             {"format": "np"})
     snap = ckio.safetensors_snapshot(st_bytes)
     snap.id = "00000000000000000000000000000002"
     (folder / "ckpt_st.strata").write_bytes(ckio.encode(snap))
-    out.append(Base("ckpt_safetensors", "checkpoint", "ckpt_st.strata", CHECKPOINT_DECODERS, {"api": "safetensors"}))
-    (folder / "bases.json").write_text(json.dumps([b.__dict__ for b in out]))
-    return out
 
 
 def _safetensors(tensors: dict, metadata: dict) -> bytes:
@@ -1690,10 +1720,13 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--worker":
         worker_main(argv[1], int(argv[2]), argv[3], int(argv[4]))
+    elif argv and argv[0] == "--build":
+        _build_bases(Path(argv[1]), int(argv[2]), int(argv[3]))
     elif argv and argv[0] == "--warmup":
         warmup_main(argv[1], *(int(v) for v in argv[2:4]))
     else:
-        raise SystemExit("usage: fuzzing.py --worker FOLDER SEED DECODERS HEADROOM | --warmup FOLDER [PART PARTS]")
+        raise SystemExit("usage: fuzzing.py --worker FOLDER SEED DECODERS HEADROOM | --warmup FOLDER [PART PARTS] | "
+                         "--build FOLDER PART PARTS")
 
 
 if __name__ == "__main__":

@@ -384,17 +384,28 @@ def pass_table(plan, bounds, cubic, part=None, key=None):
         rows, points = part.cache[key]
     else:
         shape = part.shape if part is not None else None
-        rows = _rows(plan, steps, shape)
-        points = int((np.maximum(rows[:, 11:14] - rows[:, 8:11], 0) // rows[:, 5:8] + 1).prod(axis=1).sum())
+        rows = geometry_rows(plan, steps, shape)
+        points = count_points(rows)
         if part is not None and key is not None:
             part.cache[key] = rows, points
+    return (rows, *step_arrays(plan, bounds, cubic), points)
+
+
+def count_points(rows) -> int:
+    """About the number of points the passes of geometry ``rows`` visit."""
+    return int((np.maximum(rows[:, 11:14] - rows[:, 8:11], 0) // rows[:, 5:8] + 1).prod(axis=1).sum())
+
+
+def step_arrays(plan, bounds, cubic):
+    """Per pass of ``plan`` (in step order): its step's error bound and interpolation."""
+    steps = sorted(plan)
     counts = [len(plan[i]) for i in steps]
     eb = np.repeat(np.array([bounds[i] for i in steps], dtype=np.float64), counts)
     cub = np.repeat(np.array([bool(cubic(i)) for i in steps], dtype=np.bool_), counts)
-    return rows, eb, cub, points
+    return eb, cub
 
 
-def _rows(plan, steps, shape):
+def geometry_rows(plan, steps, shape):
     """Geometry rows (see :func:`_sweep`); a step runs slab by slab when its pass along the
     slab axis (if any) comes first."""
     ax_s = None if shape is None else (0 if shape[0] > 1 else (1 if shape[1] > 1 else 2))

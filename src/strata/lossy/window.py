@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from .partition import Box, Partition, Vec, grid_shape
-from .predict import _rows
+from .predict import count_points, geometry_rows, step_arrays
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Window:
         full-resolution indices, all on this window's grid) in window coordinates, clipped to
         the window."""
         steps = sorted(plan)
-        rows = _rows(plan, steps, self.shape).copy()
+        rows = geometry_rows(plan, steps, self.shape).copy()
         G = np.array(self.stride, np.int64)
         O = np.array(self.origin, np.int64) * G  # full-resolution index of the first point
         end = O + np.array(self.shape, np.int64) * G
@@ -81,11 +81,7 @@ class Window:
             r[5:8] = step // G
             r[8:11] = (first - O) // G
             r[11:14] = np.maximum((hi - O + G - 1) // G, r[8:11])
-        counts = [len(plan[i]) for i in steps]
-        eb = np.repeat(np.array([bounds[i] for i in steps], dtype=np.float64), counts)
-        cub = np.repeat(np.array([bool(cubic(i)) for i in steps], dtype=np.bool_), counts)
-        points = int((np.maximum(rows[:, 11:14] - rows[:, 8:11], 0) // rows[:, 5:8] + 1).prod(axis=1).sum())
-        return rows, eb, cub, points
+        return (rows, *step_arrays(plan, bounds, cubic), count_points(rows))
 
     def local_boxes(self, boxes: np.ndarray) -> np.ndarray:
         """Chunk boxes (int64 ``(n, 6)``, grid indices of this window's grid) in window

@@ -1,8 +1,27 @@
-"""Compilation helpers shared by the compiled kernels."""
+"""Compilation and threading helpers shared by the compiled kernels.
+
+Threading contract (documented in the README, "Threads"):
+
+- At import, strata pins numba's threading layer to a thread-safe one (``"threadsafe"``: TBB or
+  OpenMP) unless ``NUMBA_THREADING_LAYER`` is set or neither is installed; then the default
+  layer (workqueue, not thread-safe) is used and strata's calls take turns through a lock.
+- Every compression or read runs inside :func:`kernel_threads`: calls running at the same time
+  in one process share numba's threads (``NUMBA_NUM_THREADS // calls``, at most what the
+  calling thread allows, see ``numba.set_num_threads``), and a call made inside a
+  dask.distributed worker uses one thread, since dask already runs one task per worker thread
+  (give dask the cores: ``n_workers * threads_per_worker`` = cores).
+- A call allowed one thread runs the serial variant of each kernel.
+"""
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
+import sys
+import threading
 import types
 
+import numba
 from numba import njit
 
 
@@ -18,3 +37,67 @@ def serial_variant(kernel):
     g.__doc__ = f.__doc__
     g.__module__ = f.__module__
     return njit(nogil=True, cache=True)(g)
+
+
+def pick(kernel, serial, small: bool):
+    """``serial`` (the :func:`serial_variant` of ``kernel``) when the work is ``small`` or the
+    calling thread may use one thread, else the parallel ``kernel``."""
+    return serial if small or numba.get_num_threads() == 1 else kernel
+
+
+def workers(n_items: int) -> int:
+    """Parallel workers for ``n_items`` independent items (the kernels' ``n_workers``): one per
+    thread the calling thread may use, each taking every ``n_workers``-th item."""
+    return max(1, min(n_items, numba.get_num_threads()))
+
+
+def _pin_threading_layer() -> bool:
+    """Ask numba for a thread-safe layer; False when none is installed (or the user chose)."""
+    if "NUMBA_THREADING_LAYER" in os.environ:
+        return False
+    for module in ("numba.np.ufunc.tbbpool", "numba.np.ufunc.omppool"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+        numba.config.THREADING_LAYER = "threadsafe"
+        return True
+    return False
+
+
+_pin_threading_layer()
+_state = threading.Lock()
+_active = 0
+_turns = threading.Lock()
+
+
+def _in_dask_worker() -> bool:
+    if "distributed" not in sys.modules:
+        return False
+    try:
+        sys.modules["distributed"].get_worker()
+    except (ValueError, AttributeError):
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def kernel_threads():
+    """Run a compression or a read with its share of numba's threads (see the module
+    docstring); restores the calling thread's setting afterwards."""
+    global _active
+    with _state:
+        _active += 1
+        share = max(1, numba.config.NUMBA_NUM_THREADS // _active)
+    before = numba.get_num_threads()
+    if _in_dask_worker():
+        share = 1
+    numba.set_num_threads(max(1, min(share, before)))
+    turn = _turns if numba.threading_layer() == "workqueue" else contextlib.nullcontext()
+    try:
+        with turn:
+            yield
+    finally:
+        numba.set_num_threads(before)
+        with _state:
+            _active -= 1

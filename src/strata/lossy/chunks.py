@@ -20,7 +20,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .._numba import serial_variant
+from .._numba import pick, serial_variant
 from ..entropy import rans, tables
 from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, SYMBOL_BASE, SYMBOL_EXTRA_BITS, to_symbol, unzigzag, zigzag
 from .quantize import MISSING, RADIUS, UNPREDICTABLE
@@ -521,11 +521,6 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
 
 
 # ---------------------------------------------------------------------- Python side
-def workers(n_chunks: int) -> int:
-    """Parallel workers for ``n_chunks`` chunks (the ``n_workers`` argument of the kernels):
-    one per thread numba may use, each taking every ``n_workers``-th chunk."""
-    return max(1, min(n_chunks, numba.config.NUMBA_NUM_THREADS))
-
 #: Levels of fewer points run on one thread when encoding, as does decoding a single chunk:
 #: waking the workers costs more than they save.
 SERIAL_POINTS = 1 << 15
@@ -535,7 +530,7 @@ _SERIAL = {k: serial_variant(k) for k in (analyze, encode, assemble, decode)}
 def runner(kernel, small: bool):
     """``kernel`` (:func:`analyze`, :func:`encode`, :func:`assemble` or :func:`decode`), or
     its serial variant when the work is ``small``."""
-    return _SERIAL[kernel] if small else kernel
+    return pick(kernel, _SERIAL[kernel], small)
 
 
 #: Share of zero codes (symbol 0) in a level above which the decoder settles them with a

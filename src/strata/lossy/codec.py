@@ -22,6 +22,7 @@ import struct
 
 import numpy as np
 
+from .._numba import kernel_threads, workers
 from ..container import KIND_LOSSY, Writer, crc32, pack
 from ..errors import InvalidInputError, UnsupportedDtypeError
 from . import chunks, exact, missing
@@ -79,6 +80,7 @@ def absolute_bound(valid_range, abs_error, rel_error) -> tuple[int, float, float
     return mode, value, eb
 
 
+@kernel_threads()
 def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None,
              settings: Settings | None = None, progress=None) -> bytes:
     """Compress ``array`` with a point-wise error bound on its valid values.
@@ -221,7 +223,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     syms = np.empty(n, np.uint8)
     ctxs = np.empty(n, np.uint8)
     n_syms = np.zeros(n_chunks, np.int64)
-    n_workers = chunks.workers(n_chunks)
+    n_workers = workers(n_chunks)
     hist = np.zeros((n_workers, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
     raw_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(3 * sizes + 8, out=raw_offsets[1:])

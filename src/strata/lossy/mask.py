@@ -51,7 +51,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .._numba import serial_variant
+from .._numba import pick, serial_variant, workers
 from ..container import Writer, check_crc, crc32
 from ..entropy import binary, rans
 from ..errors import CorruptStreamError
@@ -327,12 +327,8 @@ def _assemble(modes, buf, buf_offsets, n_bytes, out, out_offsets):
 _SERIAL = {k: serial_variant(k) for k in (count, encode, decode)}
 
 
-def _workers(n_chunks: int) -> int:
-    return max(1, min(n_chunks, numba.config.NUMBA_NUM_THREADS))
-
-
 def _runner(kernel, small: bool):
-    return _SERIAL[kernel] if small else kernel
+    return pick(kernel, _SERIAL[kernel], small)
 
 
 def encode_level(missing: np.ndarray, shape, stride, refined, base, boxes) -> tuple[bytes, bytes]:
@@ -349,7 +345,7 @@ def encode_level(missing: np.ndarray, shape, stride, refined, base, boxes) -> tu
     """
     missing = np.ascontiguousarray(missing, dtype=np.uint8).reshape(-1)
     n_chunks = boxes.shape[0]
-    n_workers = _workers(n_chunks)
+    n_workers = workers(n_chunks)
     n_points = np.zeros(n_chunks, np.int64)
     n_missing = np.zeros(n_chunks, np.int64)
     small = int(np.prod(-(-shape // stride))) < SERIAL_POINTS  # (grid points: the work to do)
@@ -481,7 +477,7 @@ def decode_chunks(payload: np.ndarray, starts, ends, chunk_ids, missing: np.ndar
             or np.any(ends < starts) or ends.max() + PAD > len(payload)):
         raise ValueError("decode_chunks: chunk ids or byte ranges out of range")
     errors = np.zeros(n, np.int64)
-    n_workers = _workers(n)
+    n_workers = workers(n)
     sel = boxes[chunk_ids]
     small = n == 1 or int(np.prod(sel[:, 1::2] - sel[:, ::2], axis=1).sum()) < SERIAL_POINTS
     _runner(decode, small)(payload, starts, ends, chunk_ids, missing, shape, stride, refined, base, boxes, errors,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .._numba import serial_variant
+from .._numba import pick, serial_variant
 from .quantize import dequantize_into, quantize_into
 
 #: Points per parallel work item along the fastest axis.
@@ -457,7 +457,7 @@ SERIAL_POINTS = 1 << 15
 
 
 def _runner(table):
-    return _sweep_serial if table[3] < SERIAL_POINTS else _sweep
+    return pick(_sweep, _sweep_serial, table[3] < SERIAL_POINTS)
 
 
 @njit(nogil=True, cache=True)

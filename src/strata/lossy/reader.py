@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._numba import kernel_threads, workers
 from ..container import KIND_LOSSY, Source, SourceLike, check_crc, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import chunks, exact, mask, missing
@@ -199,6 +200,7 @@ class LossyReader:
         self.close()
 
     # ------------------------------------------------------------------ decoding
+    @kernel_threads()
     def read(self, level: int | None = None, region=None, *, full_resolution: bool = True, masked: bool = False,
              progress=None, max_output_bytes: int | None = None) -> np.ndarray:
         """Decode the data.
@@ -258,6 +260,7 @@ class LossyReader:
                 out, m = _select(out, box.lo, region, self.shape), _select(m, box.lo, region, self.shape)
         return np.ma.MaskedArray(out, mask=m) if masked else out
 
+    @kernel_threads()
     def read_mask(self, region=None, *, max_output_bytes: int | None = None) -> np.ndarray:
         """The missing-value mask (bool, ``True`` = missing) of the array or of ``region``
         (as in :meth:`read`); only the mask chunks the region touches are decoded, into
@@ -592,7 +595,7 @@ class LossyReader:
         small = len(ids) == 1
         chunks.runner(chunks.decode, small)(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, miss,
                                             shape, stride, refined, base_flag, boxes, *t.dtab, errors,
-                                            chunks.workers(len(ids)))
+                                            workers(len(ids)))
         if errors.any():
             j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")

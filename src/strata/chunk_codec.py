@@ -1,0 +1,255 @@
+"""One strata stream per chunk: the configuration and chunk coding shared by the zarr v3
+codec (:mod:`strata.zarr`) and the numcodecs codec (:mod:`strata.numcodecs`).
+
+A chunked store must hold one error bound for the whole array: a value-range-relative bound
+computed per chunk would give every chunk its own bound (numcodecs #812 / zarr-python #3557
+report exactly this surprise with other lossy codecs). So a codec configuration holds an
+**absolute** bound; :func:`resolve_rel_error` turns a relative bound into one against the
+whole array's valid range (computed once, lazily with dask for dask arrays) and the
+configuration records both for provenance.
+
+Configuration (JSON, version 1)::
+
+    {"abs_error": 0.01,            # required, finite, >= 0 (same unit as the data)
+     "fill_value": -9999.0,        # optional: values equal to it are missing (CF _FillValue)
+     "rel_error": 0.001,           # optional, provenance: the relative bound it came from
+     "valid_range": [lo, hi],      # optional, provenance: the range it was resolved against
+     "version": 1}
+
+Missing values of a chunk (decoded to their exact original bits, see
+:mod:`strata.lossy.missing`): NaN, values equal to the configuration's ``fill_value`` and
+values equal to the array's own fill value (zarr's ``fill_value``, which zarr also returns
+for chunks never written).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import CorruptStreamError, FormatError, InvalidInputError, UnsupportedDtypeError
+from .lossy import LossyReader, compress
+
+#: Version of the configuration written by this strata.
+CONFIG_VERSION = 1
+_KEYS = {"abs_error", "fill_value", "rel_error", "valid_range", "version"}
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _number(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidInputError(f"{what} must be a number, not {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise InvalidInputError(f"{what} must be finite, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class ChunkConfig:
+    """Validated codec configuration (see the module docstring for the JSON form).
+
+    Attributes:
+        abs_error: absolute error bound of every valid value, in the data's unit.
+        fill_value: values equal to it are missing (besides NaN and the array's fill value).
+        rel_error: provenance: the value-range-relative bound ``abs_error`` was resolved from.
+        valid_range: provenance: ``(min, max)`` of the whole array's valid values.
+    """
+
+    abs_error: float
+    fill_value: float | None = None
+    rel_error: float | None = None
+    valid_range: tuple[float, float] | None = None
+
+    def __post_init__(self):
+        abs_error = _number(self.abs_error, "abs_error")
+        if abs_error < 0:
+            raise InvalidInputError(f"abs_error must be >= 0, got {abs_error}")
+        object.__setattr__(self, "abs_error", abs_error)
+        if self.fill_value is not None:
+            object.__setattr__(self, "fill_value", _number(self.fill_value, "fill_value"))
+        if self.rel_error is not None:
+            object.__setattr__(self, "rel_error", _number(self.rel_error, "rel_error"))
+        if self.valid_range is not None:
+            vr = self.valid_range
+            if not isinstance(vr, (list, tuple)) or len(vr) != 2:
+                raise InvalidInputError(f"valid_range must be [min, max], not {vr!r}")
+            object.__setattr__(self, "valid_range", (_number(vr[0], "valid_range"), _number(vr[1], "valid_range")))
+
+    @classmethod
+    def from_json(cls, config: dict) -> ChunkConfig:
+        """Validate a configuration dict.
+
+        Raises:
+            InvalidInputError: not a dict, an unknown key, a version other than 1, no
+                ``abs_error``, or a value of the wrong kind. A ``rel_error`` without
+                ``abs_error`` is refused: a relative bound must be resolved against the whole
+                array first (:func:`resolve_rel_error`, :func:`strata.xarray.encoding`).
+        """
+        if not isinstance(config, dict):
+            raise InvalidInputError(f"a strata codec configuration is a dict, not {type(config).__name__}")
+        unknown = set(config) - _KEYS
+        if unknown:
+            raise InvalidInputError(f"unknown strata codec configuration keys: {sorted(unknown)}")
+        version = config.get("version", CONFIG_VERSION)
+        if isinstance(version, bool) or version != CONFIG_VERSION:
+            raise InvalidInputError(f"strata codec configuration version {version!r} is not supported "
+                                    f"(this strata reads version {CONFIG_VERSION})")
+        if "abs_error" not in config:
+            if "rel_error" in config:
+                raise InvalidInputError(
+                    "a strata codec needs an absolute bound: resolve rel_error against the whole array's valid "
+                    "range with strata.chunk_codec.resolve_rel_error or strata.xarray.encoding (a per-chunk "
+                    "relative bound would give every chunk its own bound)")
+            raise InvalidInputError("a strata codec configuration needs abs_error")
+        return cls(config["abs_error"], config.get("fill_value"), config.get("rel_error"), config.get("valid_range"))
+
+    def to_json(self) -> dict:
+        """The configuration as a JSON-serializable dict (keys in a fixed order)."""
+        out = {"abs_error": self.abs_error}
+        if self.fill_value is not None:
+            out["fill_value"] = self.fill_value
+        if self.rel_error is not None:
+            out["rel_error"] = self.rel_error
+        if self.valid_range is not None:
+            out["valid_range"] = list(self.valid_range)
+        out["version"] = CONFIG_VERSION
+        return out
+
+    def encode(self, chunk: np.ndarray, array_fill_value=None) -> bytes:
+        """Compress one chunk (any float32/float64 array, views and non-contiguous arrays
+        included) to a strata lossy stream.
+
+        Args:
+            chunk: the chunk's values, shape and dtype kept in the stream.
+            array_fill_value: the array's own fill value; values equal to it are missing.
+
+        Raises:
+            UnsupportedDtypeError: ``chunk`` is not float32/float64 (a lossy codec for
+                integers or booleans would be a surprise: store those losslessly).
+        """
+        chunk = np.asarray(chunk)
+        check_dtype(chunk.dtype)
+        mask = None
+        fills = [f for f in (self.fill_value, array_fill_value) if _usable_fill(f, chunk.dtype)]
+        if len(fills) == 2 and chunk.dtype.type(fills[0]) != chunk.dtype.type(fills[1]):
+            mask = chunk == chunk.dtype.type(fills[1])
+        return compress(chunk, abs_error=self.abs_error, fill_value=fills[0] if fills else None, mask=mask)
+
+
+def _usable_fill(value, dtype: np.dtype) -> bool:
+    """A fill value that marks missing points (NaN is missing anyway)."""
+    if value is None:
+        return False
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return False
+    if math.isnan(v):
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(dtype.type(v)) or math.isinf(v))
+
+
+def check_dtype(dtype) -> np.dtype:
+    """Raise :class:`UnsupportedDtypeError` unless ``dtype`` is float32 or float64."""
+    dtype = np.dtype(dtype)
+    if dtype not in _DTYPES:
+        raise UnsupportedDtypeError(
+            f"the strata lossy codec takes float32/float64 arrays, not {dtype}: store integer and bool arrays "
+            "with a lossless codec")
+    return dtype
+
+
+def decode(data, dtype, shape, selection=None, *, name: str = "chunk") -> np.ndarray:
+    """Decode one chunk's stream, checking it is a chunk of this array.
+
+    Args:
+        data: the stream (bytes-like).
+        dtype, shape: the chunk's expected dtype and shape.
+        selection: a tuple of slices and integers (numpy basic indexing) into the chunk:
+            only the strata chunks it needs are decoded (see
+            :meth:`strata.lossy.LossyReader.read`); ``None`` decodes the whole chunk.
+        name: how errors name the chunk (its store key).
+
+    Returns:
+        ndarray of ``dtype``: the chunk, or ``chunk[selection]``.
+
+    Raises:
+        CorruptStreamError: the stream is damaged, or of another dtype or shape (the error
+            names the chunk); FormatError: not a strata stream.
+    """
+    try:
+        with LossyReader(data) as r:
+            if r.dtype != np.dtype(dtype) or tuple(r.shape) != tuple(shape):
+                raise CorruptStreamError(f"holds a {r.dtype} array of shape {tuple(r.shape)}, the array's chunk "
+                                         f"is {np.dtype(dtype)} of shape {tuple(shape)}")
+            return r.read(region=selection)
+    except FormatError as exc:
+        raise type(exc)(f"{name}: {exc}") from exc
+
+
+def resolve_rel_error(data, rel_error: float, fill_value=None) -> ChunkConfig:
+    """A configuration whose absolute bound is ``rel_error`` times the valid range of the
+    whole array (never per chunk).
+
+    Args:
+        data: numpy array, dask array or anything ``numpy.asarray`` takes; a dask array is
+            reduced lazily, chunk by chunk, in one pass computing min and max together.
+        rel_error: value-range-relative bound (>= 0).
+        fill_value: values equal to it are missing (NaN is missing, and +-Inf is not valid).
+
+    Returns:
+        :class:`ChunkConfig` with ``abs_error = rel_error * (max - min)``, ``rel_error``,
+        ``valid_range`` and ``fill_value``.
+
+    Raises:
+        InvalidInputError: a bad ``rel_error``, or no valid value at all (a relative bound
+            means nothing then); UnsupportedDtypeError: not float32/float64.
+    """
+    rel = _number(rel_error, "rel_error")
+    if rel < 0:
+        raise InvalidInputError(f"rel_error must be >= 0, got {rel}")
+    check_dtype(data.dtype)
+    lo, hi = valid_range(data, fill_value)
+    if lo is None:
+        raise InvalidInputError("a relative bound needs valid values: this array has none (all missing or +-Inf)")
+    eb = rel * (hi - lo)
+    if not math.isfinite(eb):
+        raise InvalidInputError("value range times rel_error overflows float64")
+    return ChunkConfig(eb, fill_value, rel, (lo, hi))
+
+
+def _valid_only(block: np.ndarray, fill_value) -> np.ndarray:
+    """``block`` as float64 with NaN in place of missing, +-Inf and fill values."""
+    out = np.asarray(block, dtype=np.float64)
+    bad = ~np.isfinite(out)
+    if fill_value is not None:
+        bad |= block == block.dtype.type(fill_value)
+    return np.where(bad, np.nan, out)
+
+
+def valid_range(data, fill_value=None) -> tuple[float | None, float | None]:
+    """``(min, max)`` of the finite values not equal to ``fill_value``, ``(None, None)``
+    when there are none; lazy and chunk-wise for a dask array."""
+    if fill_value is not None and not _usable_fill(fill_value, np.dtype(data.dtype)):
+        fill_value = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN blocks
+        if type(data).__module__.startswith("dask"):
+            import dask
+            import dask.array as da
+
+            valid = da.map_blocks(_valid_only, data, fill_value, dtype=np.float64)
+            lo, hi = dask.compute(da.nanmin(valid), da.nanmax(valid))
+        else:
+            valid = _valid_only(np.asarray(data), fill_value)
+            lo, hi = (np.nanmin(valid), np.nanmax(valid)) if valid.size else (np.nan, np.nan)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return None, None
+    return float(lo), float(hi)
+
+
+__all__ = ["CONFIG_VERSION", "ChunkConfig", "check_dtype", "decode", "resolve_rel_error", "valid_range"]

@@ -1,0 +1,154 @@
+"""strata as a zarr v3 codec: the array-to-bytes **serializer**, one strata stream per chunk.
+
+A shape-aware lossy codec belongs in zarr's serializer slot: it receives each chunk as an
+n-d array (views and non-contiguous chunks included) instead of flattened bytes, so the
+interpolation predictor sees the chunk's real geometry. Use it with no bytes-to-bytes
+compressor after it (the stream is already entropy-coded and checksummed)::
+
+    import zarr
+    from strata.zarr import StrataCodec
+
+    z = zarr.create_array(store, shape=data.shape, chunks=(24, 256, 256), dtype="f4",
+                          serializer=StrataCodec(abs_error=0.01), compressors=None)
+    z[:] = data
+
+The codec is registered under the name ``"strata.lossy"`` through the ``zarr.codecs`` entry
+point, so a store written with it opens wherever strata is installed. Its configuration is
+:class:`strata.chunk_codec.ChunkConfig`'s JSON (an absolute bound; a relative bound is resolved
+once against the whole array by :meth:`StrataCodec.for_array` or
+:func:`strata.xarray.encoding`, never per chunk). Missing values: NaN, the configuration's
+``fill_value`` and the array's own fill value, all decoded to their exact original bits.
+
+Partial decoding: reading a box of a chunk fetches the chunk's stream once (one store read
+per chunk) and decodes only the strata chunks the box needs (zarr's
+``ArrayBytesCodecPartialDecodeMixin``; zarr uses it when no other codec follows this one).
+
+Method: STZ (SC'25) streaming interpolation compressor, see :mod:`strata.lossy`.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from zarr.abc.codec import ArrayBytesCodec, ArrayBytesCodecPartialDecodeMixin
+
+from . import chunk_codec
+from .chunk_codec import ChunkConfig
+from .errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from zarr.abc.store import ByteGetter
+    from zarr.core.array_spec import ArraySpec
+    from zarr.core.buffer import Buffer, NDBuffer
+
+#: The codec's name in zarr metadata (``{"name": "strata.lossy", "configuration": {...}}``).
+NAME = "strata.lossy"
+
+
+@dataclass(frozen=True)
+class StrataCodec(ArrayBytesCodecPartialDecodeMixin, ArrayBytesCodec):
+    """zarr v3 array-to-bytes codec writing one error-bounded strata stream per chunk.
+
+    Args:
+        abs_error: absolute error bound (>= 0, the data's unit) met by every decoded valid
+            value of every chunk.
+        fill_value: optional; values equal to it are missing (e.g. a CF ``_FillValue`` that
+            differs from the zarr array's fill value).
+        rel_error, valid_range: provenance only (written by :meth:`for_array`).
+
+    Raises:
+        InvalidInputError: a missing, negative or non-finite bound, a relative bound given
+            without an absolute one, unknown configuration keys or version (``from_dict``).
+        UnsupportedDtypeError: the array is not float32/float64 (raised when the array is
+            created or a chunk is written).
+        CorruptStreamError, TruncatedStreamError, FormatError: a damaged chunk on read; the
+            message starts with the chunk's store key.
+    """
+
+    is_fixed_size = False
+    config: ChunkConfig
+
+    def __init__(self, abs_error: float | None = None, *, fill_value: float | None = None,
+                 rel_error: float | None = None, valid_range=None, version: int = chunk_codec.CONFIG_VERSION):
+        raw = {"abs_error": abs_error, "fill_value": fill_value, "rel_error": rel_error,
+               "valid_range": valid_range, "version": version}
+        object.__setattr__(self, "config", ChunkConfig.from_json({k: v for k, v in raw.items() if v is not None}))
+
+    @classmethod
+    def for_array(cls, data, rel_error: float, fill_value=None) -> StrataCodec:
+        """A codec whose bound is ``rel_error`` times ``data``'s whole valid range (numpy or
+        dask array, reduced once; see :func:`strata.chunk_codec.resolve_rel_error`)."""
+        return cls._from_config(chunk_codec.resolve_rel_error(data, rel_error, fill_value))
+
+    @classmethod
+    def _from_config(cls, config: ChunkConfig) -> StrataCodec:
+        return cls(**config.to_json())
+
+    # ------------------------------------------------------------------ metadata
+    @classmethod
+    def from_dict(cls, data: dict) -> StrataCodec:
+        if not isinstance(data, dict) or data.get("name") != NAME:
+            raise InvalidInputError(f"not a {NAME} codec description: {data!r}")
+        unknown = set(data) - {"name", "configuration"}
+        if unknown:
+            raise InvalidInputError(f"unknown keys in a {NAME} codec description: {sorted(unknown)}")
+        return cls._from_config(ChunkConfig.from_json(data.get("configuration", {})))
+
+    def to_dict(self) -> dict:
+        return {"name": NAME, "configuration": self.config.to_json()}
+
+    def validate(self, *, shape, dtype, chunk_grid) -> None:
+        chunk_codec.check_dtype(dtype.to_native_dtype())
+
+    def compute_encoded_size(self, input_byte_length: int, chunk_spec: ArraySpec) -> int:
+        raise NotImplementedError("strata streams have a data-dependent size")
+
+    # ------------------------------------------------------------------ coding
+    def _encode_sync(self, chunk_array: NDBuffer, chunk_spec: ArraySpec) -> Buffer:
+        data = self.config.encode(chunk_array.as_numpy_array(), chunk_spec.fill_value)
+        return chunk_spec.prototype.buffer.from_bytes(data)
+
+    def _decode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec, selection=None, name: str = "chunk"):
+        out = chunk_codec.decode(memoryview(chunk_bytes.as_numpy_array()), chunk_spec.dtype.to_native_dtype(),
+                                 chunk_spec.shape, selection, name=name)
+        return chunk_spec.prototype.nd_buffer.from_numpy_array(out)
+
+    async def _encode_single(self, chunk_array: NDBuffer, chunk_spec: ArraySpec) -> Buffer:
+        return await asyncio.to_thread(self._encode_sync, chunk_array, chunk_spec)
+
+    async def _decode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> NDBuffer:
+        return await asyncio.to_thread(self._decode_sync, chunk_bytes, chunk_spec)
+
+    async def _decode_partial_single(self, byte_getter: ByteGetter, selection, chunk_spec: ArraySpec):
+        chunk_bytes = await byte_getter.get(prototype=chunk_spec.prototype)
+        if chunk_bytes is None:
+            return None
+        box, rest = _bounding_box(selection, chunk_spec.shape)
+        name = str(getattr(byte_getter, "path", "chunk"))
+        out = await asyncio.to_thread(self._decode_sync, chunk_bytes, chunk_spec, box, name)
+        return out if rest is None else out[rest]
+
+
+def _bounding_box(selection, shape):
+    """Split a chunk selection into a basic-indexing box the reader decodes and the rest of
+    the selection applied to that box (``None`` when the box is the selection)."""
+    if not isinstance(selection, tuple):
+        selection = (selection,)
+    if all(isinstance(s, (int, np.integer, slice)) for s in selection):
+        return selection, None
+    box, rest = [], []
+    for i, n in enumerate(shape):
+        s = selection[i] if i < len(selection) else slice(None)
+        if isinstance(s, (int, np.integer)):
+            box.append(slice(int(s), int(s) + 1))
+            rest.append(0)
+        elif isinstance(s, np.ndarray) and s.dtype != bool and s.size:
+            lo = int(s.min())
+            box.append(slice(lo, int(s.max()) + 1))
+            rest.append(s - lo)
+        else:
+            box.append(s if isinstance(s, slice) else slice(0, n))
+            rest.append(slice(None) if isinstance(s, slice) else s)
+    return tuple(box), tuple(rest)

@@ -16,7 +16,6 @@ Chunk layout: ``varint n_rans | varint n_raw | rANS bytes | raw bits | unpredict
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import njit, prange
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import struct
 
-import numba
 import numpy as np
 from numba import njit, prange
 

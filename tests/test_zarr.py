@@ -311,3 +311,21 @@ def test_xarray_encoding_bad_input():
         sx.encoding(empty, rel_error=1e-3)
     v2 = sx.encoding(ds, abs_error=0.1, variables=["w"], zarr_format=2)
     assert isinstance(v2["w"]["compressor"], Strata)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                     max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["abs_error", "fill_value", "rel_error", "valid_range", "version", "x"]),
+                       _json, max_size=5))
+def test_hostile_configurations_raise_only_invalid_input(config):
+    """Any JSON in a store's codec configuration either validates or raises InvalidInputError."""
+    try:
+        c = ChunkConfig.from_json(config)
+    except InvalidInputError:
+        return
+    assert ChunkConfig.from_json(c.to_json()) == c
+    assert c.abs_error >= 0 and np.isfinite(c.abs_error)

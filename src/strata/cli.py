@@ -4,6 +4,8 @@
     strata decompress INPUT [-o OUT.npy|OUT.f32|OUT.f64|OUT.nc] [--level K] [--region SPEC]
     strata info INPUT
     strata extract INPUT -o OUT [--level K [--grid]] [--region SPEC]
+    strata convert IN.nc OUT.zarr (--rel E | --abs E) [--var NAME ...] [--chunks SPEC] [--force]
+    strata convert IN.zarr OUT.nc [--force]
     strata ckpt compress MODEL.safetensors [-o OUT] [--base EARLIER.strata]
     strata ckpt decompress CKPT.strata -o MODEL.safetensors
     strata ckpt info CKPT.strata
@@ -219,6 +221,50 @@ def info(input):
                            f"  {lv.compressed_bytes:10d}  {lv.points:10d}")
     except StrataError as exc:
         _fail(exc)
+
+
+@main.command()
+@click.argument("input", type=click.Path(exists=True, path_type=Path))
+@click.argument("output", type=click.Path(path_type=Path))
+@click.option("--rel", "rel_error", type=float,
+              help="bound relative to each variable's whole valid range (max - min of its valid values)")
+@click.option("--abs", "abs_error", type=float, help="absolute bound, in each variable's unit")
+@click.option("--var", "variables", multiple=True,
+              help="compress only this data variable (repeat, or NAME,NAME); default: all float data variables")
+@click.option("--chunks", help="zarr chunk shape: time=24,lat=256 (dimensions not named are not split) or "
+              "24,256,256 (the largest compressed variable's dimensions); default: about 4 MiB a chunk")
+@click.option("--force", is_flag=True, help="replace an existing OUTPUT")
+def convert(input, output, rel_error, abs_error, variables, chunks, force):
+    """Convert a NetCDF/HDF5 file to a zarr v3 store compressed with strata, or back.
+
+    IN.nc/.nc4/.h5/.hdf5 -> OUT.zarr: float data variables are compressed with an error bound
+    (exactly one of --rel, --abs); coordinates, integer and packed-integer variables are copied
+    losslessly; attributes, coordinates and _FillValue are kept. IN.zarr -> OUT.nc: a NetCDF4
+    file with the decoded values (missing points as _FillValue). The output is written under a
+    temporary name and renamed at the end.
+    """
+    from .convert import convert as run_convert
+
+    names = [n.strip() for v in variables for n in v.split(",") if n.strip()] or None
+    if output.suffix.lower() == ".zarr" and (rel_error is None) == (abs_error is None):
+        raise click.UsageError("give exactly one of --rel and --abs")
+    try:
+        rep = run_convert(input, output, rel_error=rel_error, abs_error=abs_error, variables=names, chunks=chunks,
+                          force=force, progress_bytes=PROGRESS_BYTES)
+    except (StrataError, OSError) as exc:
+        _fail(exc)
+    ratio = f", ratio {rep.nbytes / rep.output_bytes:.2f}" if rep.lossy and rep.output_bytes else ""
+    click.echo(f"{input.name} -> {output} ({rep.nbytes} bytes -> {rep.output_bytes} bytes{ratio}, "
+               f"{rep.seconds:.1f} s)")
+    if rep.chunks:
+        click.echo("  chunks " + ", ".join(f"{d}={n}" for d, n in rep.chunks.items()))
+    for name, c in rep.lossy.items():
+        how = ""
+        if c.rel_error is not None and c.valid_range is not None:
+            how = f"{c.rel_error:g} of [{c.valid_range[0]:.6g}, {c.valid_range[1]:.6g}] -> "
+        click.echo(f"  {name}: strata, abs bound {how}{c.abs_error:.6g}")
+    if rep.lossless:
+        click.echo(f"  {'lossless' if rep.lossy else 'written'}: {', '.join(rep.lossless)}")
 
 
 @main.group()

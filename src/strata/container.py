@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import struct
 import tempfile
 import zlib
@@ -230,14 +231,16 @@ class Reader:
             raise CorruptStreamError(f"{len(self.buf) - self.pos} unexpected trailing bytes in {self.what}")
 
 
-def _file_mode() -> int:
+def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
 
 
-#: Permissions of written files: those ``open`` would give (``mkstemp`` alone gives 0600).
-_FILE_MODE = _file_mode()
+#: Permissions of written files and directories: those ``open`` and ``mkdir`` would give
+#: (``mkstemp`` alone gives 0600, ``mkdtemp`` 0700).
+_FILE_MODE = 0o666 & ~_umask()
+_DIR_MODE = 0o777 & ~_umask()
 
 
 @contextmanager
@@ -260,6 +263,42 @@ def atomic_path(path):
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        raise
+
+
+@contextmanager
+def atomic_dir(path, replace: bool = False):
+    """A temporary directory beside ``path`` for a writer of a directory (a zarr store): when
+    the block succeeds it gets the permissions ``mkdir`` would give and is renamed to ``path``
+    (an existing ``path``, with ``replace``, is moved aside first and removed once the new one
+    is in place); when it fails it is removed. So ``path`` holds either its previous contents
+    or the whole new directory.
+
+    Raises:
+        FileExistsError: ``path`` exists and ``replace`` is false (checked before and after).
+    """
+    path = Path(path)
+    if (path.exists() or path.is_symlink()) and not replace:
+        raise FileExistsError(f"{path} exists")
+    tmp = Path(tempfile.mkdtemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        os.chmod(tmp, _DIR_MODE)
+        yield tmp
+        if not (path.exists() or path.is_symlink()):
+            os.rename(tmp, path)
+            return
+        if not replace:
+            raise FileExistsError(f"{path} exists")
+        aside = Path(tempfile.mkdtemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".old"))
+        os.rename(path, aside / "old")
+        try:
+            os.rename(tmp, path)
+        except BaseException:
+            os.rename(aside / "old", path)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

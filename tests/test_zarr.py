@@ -22,6 +22,7 @@ from strata.numcodecs import Strata  # noqa: E402
 from strata.zarr import NAME, StrataCodec  # noqa: E402
 
 from .conftest import SCI  # noqa: E402
+from .zarr_stores import CountingStore  # noqa: E402
 
 
 def _field(shape=(40, 33, 49), seed=0):
@@ -118,28 +119,18 @@ def test_partial_reads_property(decoded, data):
     assert np.array_equal(z[tuple(sel)], full[tuple(sel)], equal_nan=True)
 
 
-class _CountingStore(zarr.storage.WrapperStore):
-    """Logs every key read (zarr re-wraps the store for read-only access: the log is shared)."""
-
-    keys: list = []
-
-    async def get(self, key, prototype, byte_range=None):
-        self.keys.append(key)
-        return await super().get(key, prototype, byte_range)
-
-
 def test_box_reads_one_chunk_per_chunk_it_touches(decoded):
     x, _, _ = decoded
     base = zarr.storage.MemoryStore()
     _array(x, (16, 20, 30), StrataCodec(abs_error=0.05), store=base)
-    counting = _CountingStore(base)
+    counting = CountingStore(base)
     z = zarr.open_array(counting, mode="r")
     for sel, touched in [((slice(2, 4), slice(2, 4), slice(2, 4)), 1),
                          ((slice(14, 18), slice(2, 4), slice(2, 4)), 2),
                          ((slice(14, 18), slice(18, 22), slice(28, 32)), 8)]:
-        _CountingStore.keys.clear()
+        CountingStore.keys.clear()
         z[sel]
-        chunk_reads = [k for k in _CountingStore.keys if not k.endswith("zarr.json")]
+        chunk_reads = CountingStore.chunk_reads()
         assert len(chunk_reads) == len(set(chunk_reads)) == touched
 
 

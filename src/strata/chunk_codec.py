@@ -36,6 +36,8 @@ from .lossy import LossyReader, compress
 CONFIG_VERSION = 1
 _KEYS = {"abs_error", "fill_value", "rel_error", "valid_range", "version"}
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: Values reduced at a time by :func:`valid_range` for a numpy array.
+_SLAB = 1 << 22
 
 
 def _number(value, what: str) -> float:
@@ -244,9 +246,12 @@ def valid_range(data, fill_value=None) -> tuple[float | None, float | None]:
 
             valid = da.map_blocks(_valid_only, data, fill_value, dtype=np.float64)
             lo, hi = dask.compute(da.nanmin(valid), da.nanmax(valid))
-        else:
-            valid = _valid_only(np.asarray(data), fill_value)
-            lo, hi = (np.nanmin(valid), np.nanmax(valid)) if valid.size else (np.nan, np.nan)
+        else:  # slab by slab: the float64 copy stays small
+            flat = np.asarray(data).reshape(-1)
+            lo = hi = np.nan
+            for start in range(0, flat.size, _SLAB):
+                valid = _valid_only(flat[start:start + _SLAB], fill_value)
+                lo, hi = np.fmin(lo, np.nanmin(valid)), np.fmax(hi, np.nanmax(valid))
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return None, None
     return float(lo), float(hi)

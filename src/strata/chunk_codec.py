@@ -81,6 +81,15 @@ class ChunkConfig:
             object.__setattr__(self, "valid_range", (_number(vr[0], "valid_range"), _number(vr[1], "valid_range")))
 
     @classmethod
+    def from_arguments(cls, abs_error=None, fill_value=None, rel_error=None, valid_range=None,
+                       version=CONFIG_VERSION) -> ChunkConfig:
+        """The configuration of the codecs' keyword arguments (``None``: not given), validated
+        as :meth:`from_json` does."""
+        given = {"abs_error": abs_error, "fill_value": fill_value, "rel_error": rel_error,
+                 "valid_range": valid_range, "version": version}
+        return cls.from_json({k: v for k, v in given.items() if v is not None})
+
+    @classmethod
     def from_json(cls, config: dict) -> ChunkConfig:
         """Validate a configuration dict.
 
@@ -165,12 +174,13 @@ def check_dtype(dtype) -> np.dtype:
     return dtype
 
 
-def decode(data, dtype, shape, selection=None, *, name: str = "chunk") -> np.ndarray:
+def decode(data, dtype=None, shape=None, selection=None, *, name: str = "chunk") -> np.ndarray:
     """Decode one chunk's stream, checking it is a chunk of this array.
 
     Args:
         data: the stream (bytes-like).
-        dtype, shape: the chunk's expected dtype and shape.
+        dtype, shape: the chunk's expected dtype and shape (``None``: the stream's own, for a
+            codec that is not told them, like numcodecs').
         selection: a tuple of slices and integers (numpy basic indexing) into the chunk:
             only the strata chunks it needs are decoded (see
             :meth:`strata.lossy.LossyReader.read`); ``None`` decodes the whole chunk.
@@ -185,7 +195,9 @@ def decode(data, dtype, shape, selection=None, *, name: str = "chunk") -> np.nda
     """
     try:
         with LossyReader(data) as r:
-            if r.dtype != np.dtype(dtype) or tuple(r.shape) != tuple(shape):
+            dtype = r.dtype if dtype is None else np.dtype(dtype)
+            shape = tuple(r.shape) if shape is None else tuple(shape)
+            if r.dtype != dtype or tuple(r.shape) != shape:
                 raise CorruptStreamError(f"holds a {r.dtype} array of shape {tuple(r.shape)}, the array's chunk "
                                          f"is {np.dtype(dtype)} of shape {tuple(shape)}")
             return r.read(region=selection)

@@ -23,7 +23,6 @@ from numcodecs.compat import ensure_contiguous_ndarray, ndarray_copy
 from . import chunk_codec
 from .chunk_codec import ChunkConfig
 from .errors import InvalidInputError
-from .lossy import LossyReader
 
 
 class Strata(Codec):
@@ -46,9 +45,7 @@ class Strata(Codec):
 
     def __init__(self, abs_error: float | None = None, fill_value: float | None = None,
                  rel_error: float | None = None, valid_range=None, version: int = chunk_codec.CONFIG_VERSION):
-        raw = {"abs_error": abs_error, "fill_value": fill_value, "rel_error": rel_error,
-               "valid_range": valid_range, "version": version}
-        self.config = ChunkConfig.from_json({k: v for k, v in raw.items() if v is not None})
+        self.config = ChunkConfig.from_arguments(abs_error, fill_value, rel_error, valid_range, version)
 
     @classmethod
     def for_array(cls, data, rel_error: float, fill_value=None) -> Strata:
@@ -76,9 +73,7 @@ class Strata(Codec):
         return self.config.encode(buf)
 
     def decode(self, buf, out=None):
-        data = memoryview(ensure_contiguous_ndarray(buf).reshape(-1).view(np.uint8))
-        with LossyReader(data) as r:
-            arr = r.read()
+        arr = chunk_codec.decode(memoryview(ensure_contiguous_ndarray(buf).reshape(-1).view(np.uint8)))
         if out is None:
             return arr
         if np.asarray(out).nbytes != arr.nbytes:

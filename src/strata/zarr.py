@@ -72,9 +72,8 @@ class StrataCodec(ArrayBytesCodecPartialDecodeMixin, ArrayBytesCodec):
 
     def __init__(self, abs_error: float | None = None, *, fill_value: float | None = None,
                  rel_error: float | None = None, valid_range=None, version: int = chunk_codec.CONFIG_VERSION):
-        raw = {"abs_error": abs_error, "fill_value": fill_value, "rel_error": rel_error,
-               "valid_range": valid_range, "version": version}
-        object.__setattr__(self, "config", ChunkConfig.from_json({k: v for k, v in raw.items() if v is not None}))
+        object.__setattr__(self, "config", ChunkConfig.from_arguments(abs_error, fill_value, rel_error, valid_range,
+                                                                      version))
 
     @classmethod
     def for_array(cls, data, rel_error: float, fill_value=None) -> StrataCodec:

@@ -239,8 +239,9 @@ def _umask() -> int:
 
 #: Permissions of written files and directories: those ``open`` and ``mkdir`` would give
 #: (``mkstemp`` alone gives 0600, ``mkdtemp`` 0700).
-_FILE_MODE = 0o666 & ~_umask()
-_DIR_MODE = 0o777 & ~_umask()
+_UMASK = _umask()
+_FILE_MODE = 0o666 & ~_UMASK
+_DIR_MODE = 0o777 & ~_UMASK
 
 
 @contextmanager

@@ -39,6 +39,13 @@ MAX_BYTES = 1 << 40
 #: (varint length, model, byte) per element byte.
 _MIN_HEAD = 5
 _MIN_CHUNK = 5 + 3
+
+
+def _min_chunk(itemsize: int) -> int:
+    """Fewest bytes a chunk of elements of ``itemsize`` bytes takes in a segment record."""
+    return _MIN_CHUNK + 3 * (itemsize - 1)
+
+
 #: Element size and bit rotation of each dtype name (safetensors spelling).
 DTYPES = {
     "BF16": (2, True), "F16": (2, True), "F32": (4, True), "F64": (8, True),
@@ -208,7 +215,7 @@ def max_decoded_bytes(length: int, itemsize: int = 1) -> int:
     """Most bytes a well-formed segment record of ``length`` bytes (of elements of ``itemsize``
     bytes) can decode to: every chunk takes at least ``5 + 3 * itemsize`` bytes of the record
     and holds at most ``MAX_CHUNK_BYTES``."""
-    return max(0, length - _MIN_HEAD) // (_MIN_CHUNK + 3 * (itemsize - 1)) * MAX_CHUNK_BYTES
+    return max(0, length - _MIN_HEAD) // _min_chunk(itemsize) * MAX_CHUNK_BYTES
 
 
 def info(buf) -> dict:
@@ -260,7 +267,7 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
     n_chunks = r.varint(len(mv))
     if chunk_bytes == 0 or chunk_bytes % itemsize or n_chunks != -(-n // chunk_bytes) or n % itemsize:
         raise CorruptStreamError("inconsistent segment chunking")
-    if n_chunks * (_MIN_CHUNK + 3 * (itemsize - 1)) > len(mv) - r.pos:
+    if n_chunks * _min_chunk(itemsize) > len(mv) - r.pos:
         raise CorruptStreamError(f"segment record of {len(mv)} bytes is too short for its {n_chunks} chunks")
     lens, crcs = [], []
     for _ in range(n_chunks):

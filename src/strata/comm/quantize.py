@@ -167,10 +167,11 @@ def quantize(
     xg = xf.view(n_groups, group_size)
     absmax = xg.abs().amax(dim=1) if n_groups else xf.new_zeros(0)
     bad = None
-    if not bool(torch.isfinite(absmax).all()):
+    finite = torch.isfinite(absmax)
+    if not bool(finite.all()):
         if nonfinite == "raise":
             raise NonFiniteValueError("cannot quantize NaN or Inf values")
-        bad = ~torch.isfinite(absmax)  # such groups: codes 0, scale NaN (decode to NaN)
+        bad = ~finite  # such groups: codes 0, scale NaN (decode to NaN)
         absmax = absmax.masked_fill(bad, 0.0)
     q = float(qmax(bits))
     scales = absmax / q

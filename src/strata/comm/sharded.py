@@ -312,7 +312,14 @@ class ShardedOptimizer:
         (the wrapped optimizer's ``state_dict()`` over this rank's fragments: step counts, moments,
         hyperparameters of every group). Every rank saves its own; :meth:`load_state_dict` restores it.
         """
+        return self._state(copy=True)
+
+    def _state(self, copy: bool) -> dict:
+        """:meth:`state_dict`, its tensors copies (``copy``) or views of the live state (for a synchronous save,
+        which copies them to the host anyway: no second device copy)."""
         topo, s = self.topology, self.shard_numel
+        replica = self.replica[topo.rank * s:(topo.rank + 1) * s]
+        optimizer = self.optimizer.state_dict()
         return {
             "format": STATE_FORMAT,
             "rank": topo.rank,
@@ -322,10 +329,10 @@ class ShardedOptimizer:
             "layout": self._layout(),
             "param_dtype": str(self.replica.dtype).removeprefix("torch."),
             "config": self.config.to_dict(),
-            "master": self.master.detach().clone(),
-            "replica": self.replica[topo.rank * s:(topo.rank + 1) * s].clone(),
+            "master": self.master.detach().clone() if copy else self.master.detach(),
+            "replica": replica.clone() if copy else replica,
             "generator": self.generator.get_state().clone(),
-            "optimizer": _copy(self.optimizer.state_dict()),
+            "optimizer": _copy(optimizer) if copy else optimizer,
         }
 
     def _check_state(self, state) -> InvalidInputError | None:
@@ -370,6 +377,19 @@ class ShardedOptimizer:
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             return InvalidInputError(f"malformed ShardedOptimizer state: {type(e).__name__}: {e}")
         return None
+
+    def _collectively(self, fn, what: str):
+        """Collective: run ``fn()`` here and raise on every rank if it raised on any (:meth:`_agree`); its result."""
+        error = result = None
+        try:
+            result = fn()
+        except Exception as e:  # re-raised by _agree, after every rank knows
+            error = e
+        try:
+            self._agree(error, what)
+        finally:
+            error = None  # no frame <-> traceback cycle
+        return result
 
     def _agree(self, error: BaseException | None, what: str) -> None:
         """Collective: raise on every rank if any rank has an ``error`` (its own there, a pointer elsewhere)."""
@@ -446,31 +466,23 @@ class ShardedOptimizer:
             uid.copy_(torch.frombuffer(bytearray(uuid.uuid4().bytes), dtype=torch.uint8))
         dist.broadcast(uid, src=0)
         checkpoint_id = bytes(uid.cpu().tolist()).hex()
-        error = None
-        try:
+
+        def write_shard():
             path.mkdir(parents=True, exist_ok=True)
-            state = self.state_dict()
+            state = self._state(copy=False)
             state["checkpoint_id"] = checkpoint_id
             state["extra"] = extra
             save(state, path / shard_file(topo.rank, topo.world_size), workers=workers)
-        except Exception as e:  # re-raised by _agree, after every rank knows
-            error = e
-        try:
-            self._agree(error, "write its checkpoint file")
-        finally:
-            error = None
-        if topo.rank == 0:
-            manifest = {"format": STATE_FORMAT, "id": checkpoint_id, "world_size": topo.world_size,
-                        "numel": self.numel, "shard_numel": self.shard_numel,
-                        "files": [shard_file(r, topo.world_size) for r in range(topo.world_size)]}
-            try:
+
+        def write_manifest():
+            if topo.rank == 0:
+                manifest = {"format": STATE_FORMAT, "id": checkpoint_id, "world_size": topo.world_size,
+                            "numel": self.numel, "shard_numel": self.shard_numel,
+                            "files": [shard_file(r, topo.world_size) for r in range(topo.world_size)]}
                 atomic_write(path / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-            except Exception as e:
-                error = e
-        try:
-            self._agree(error, "write the checkpoint manifest")
-        finally:
-            error = None
+
+        self._collectively(write_shard, "write its checkpoint file")
+        self._collectively(write_manifest, "write the checkpoint manifest")
         return path
 
     def load_checkpoint(self, path, *, workers: int | None = None):
@@ -491,8 +503,8 @@ class ShardedOptimizer:
 
         topo = self.topology
         path = Path(path)
-        state, error = None, None
-        try:
+
+        def read():
             try:
                 manifest = json.loads((path / MANIFEST).read_text())
             except FileNotFoundError:
@@ -514,11 +526,10 @@ class ShardedOptimizer:
                 raise FormatError(f"{path / name} belongs to another save than {MANIFEST} (a save into this "
                                   "folder was interrupted?)")
             error = self._check_state(state)
-        except Exception as e:  # re-raised by _agree, after every rank knows
-            error = e
-        try:
-            self._agree(error, "load its checkpoint file")
-        finally:
-            error = None
+            if error is not None:
+                raise error
+            return state
+
+        state = self._collectively(read, "load its checkpoint file")
         self._apply(state)
         return state.get("extra")

@@ -379,12 +379,11 @@ def pass_table(plan, bounds, cubic, part=None, key=None):
         ``(rows, bounds, cubic, points)``, ``points`` about the number of points the passes
         visit (it picks the serial or the parallel runner).
     """
-    steps = sorted(plan)
     if part is not None and key is not None and key in part.cache:
         rows, points = part.cache[key]
     else:
         shape = part.shape if part is not None else None
-        rows = geometry_rows(plan, steps, shape)
+        rows = geometry_rows(plan, shape)
         points = count_points(rows)
         if part is not None and key is not None:
             part.cache[key] = rows, points
@@ -405,12 +404,12 @@ def step_arrays(plan, bounds, cubic):
     return eb, cub
 
 
-def geometry_rows(plan, steps, shape):
-    """Geometry rows (see :func:`_sweep`); a step runs slab by slab when its pass along the
-    slab axis (if any) comes first."""
+def geometry_rows(plan, shape):
+    """Geometry rows (see :func:`_sweep`) of ``plan``'s passes in step order (a new array);
+    a step runs slab by slab when its pass along the slab axis (if any) comes first."""
     ax_s = None if shape is None else (0 if shape[0] > 1 else (1 if shape[1] > 1 else 2))
     out = []
-    for i in steps:
+    for i in sorted(plan):
         axes = [p.axis for p in plan[i]]
         by_slab = ax_s is not None and (ax_s not in axes or axes[0] == ax_s)
         out += [(p.axis, p.stride, *p.starts, *p.steps, *p.box.lo, *p.box.hi, i, by_slab) for p in plan[i]]

@@ -65,8 +65,7 @@ class Window:
         """Pass table (see :func:`strata.lossy.predict.pass_table`) of ``plan`` (passes in
         full-resolution indices, all on this window's grid) in window coordinates, clipped to
         the window."""
-        steps = sorted(plan)
-        rows = geometry_rows(plan, steps, self.shape).copy()
+        rows = geometry_rows(plan, self.shape)
         G = np.array(self.stride, np.int64)
         O = np.array(self.origin, np.int64) * G  # full-resolution index of the first point
         end = O + np.array(self.shape, np.int64) * G

@@ -7,7 +7,8 @@ __version__ = "0.1.0"
 __all__ = ["compress", "decompress", "open", "__version__"]
 
 
-def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None) -> bytes:
+def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None, enhance=None,
+             enhance_options=None) -> bytes:
     """Error-bounded lossy compression of a float32/float64 array.
 
     See :func:`strata.lossy.compress`: exactly one of ``abs_error`` (absolute) and
@@ -15,14 +16,28 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     value; NaN, values equal to ``fill_value``, ``mask == True`` and the masked points of a
     ``numpy.ma.MaskedArray`` are missing and decode to their exact original bits.
     ``metadata`` (a JSON-serializable dict) travels in the stream.
+
+    ``enhance="2x"`` or ``"1x"`` trains an enhancement network at compression time and stores
+    it in the stream (:func:`strata.enhance.compress`, NeurLZ; needs ``strata[torch]``):
+    "2x" keeps every valid value within twice the bound, "1x" within the bound;
+    ``enhance_options`` is a :class:`strata.enhance.EnhanceOptions`.
     """
+    if enhance is not None:
+        from .enhance import compress as _enhanced
+
+        return _enhanced(array, abs_error=abs_error, rel_error=rel_error, enhance=enhance, mask=mask,
+                         fill_value=fill_value, metadata=metadata, options=enhance_options)
+    if enhance_options is not None:
+        from .errors import InvalidInputError
+
+        raise InvalidInputError("enhance_options without enhance")
     from .lossy import compress as _compress
 
     return _compress(array, abs_error=abs_error, rel_error=rel_error, mask=mask, fill_value=fill_value,
                      metadata=metadata)
 
 
-def decompress(data, *, level=None, region=None, masked=False, max_output_bytes=None):
+def decompress(data, *, level=None, region=None, masked=False, max_output_bytes=None, enhance=True):
     """Decode a lossy stream (bytes, path or file object) to a numpy array.
 
     ``level=k`` decodes levels ``0..k`` and interpolates a full-resolution preview;
@@ -30,12 +45,16 @@ def decompress(data, *, level=None, region=None, masked=False, max_output_bytes=
     ``masked=True`` returns a ``numpy.ma.MaskedArray`` marking the missing values; a read that
     would allocate more than ``max_output_bytes`` (default
     ``strata.lossy.reader.MAX_OUTPUT_BYTES``, 8 GiB; 0: no limit) raises
-    ``ResourceLimitError`` before allocating. See :meth:`strata.lossy.LossyReader.read`.
+    ``ResourceLimitError`` before allocating. A stream with an enhancement network
+    (``strata.compress(..., enhance=...)``) is enhanced on a full-resolution read (whole or
+    region); ``enhance=False`` returns the plain decoded values. See
+    :meth:`strata.lossy.LossyReader.read`.
     """
     from .lossy import LossyReader
 
     with LossyReader(data) as r:
-        return r.read(level=level, region=region, masked=masked, max_output_bytes=max_output_bytes)
+        return r.read(level=level, region=region, masked=masked, max_output_bytes=max_output_bytes,
+                      enhance=enhance)
 
 
 def open(source):  # noqa: A001 - the public name the API asks for

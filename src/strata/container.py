@@ -33,6 +33,9 @@ MAGIC = b"STRA"
 FORMAT_VERSION = 2
 KIND_LOSSY = 1
 KIND_CHECKPOINT = 2
+#: Several lossy streams of one snapshot (:mod:`strata.enhance.fields`).
+KIND_FIELDS = 3
+KIND_NAMES = {KIND_LOSSY: "a lossy array", KIND_CHECKPOINT: "a checkpoint", KIND_FIELDS: "a field set"}
 
 _PREAMBLE = struct.Struct("<4sBBI")
 #: Largest header strata accepts (a header holds sizes, not data).
@@ -134,7 +137,9 @@ def unpack_header(src: Source, kind: int) -> tuple[memoryview | bytes, int]:
     if version != FORMAT_VERSION:
         raise FormatError(f"strata format version {version} is not supported (this is {FORMAT_VERSION})")
     if got_kind != kind:
-        raise FormatError(f"stream holds kind {got_kind}, expected {kind}")
+        raise FormatError(f"stream holds {KIND_NAMES.get(got_kind, f'kind {got_kind}')}, expected "
+                          f"{KIND_NAMES[kind]}" + (" (read it with strata.enhance.decompress_fields)"
+                                                   if got_kind == KIND_FIELDS else ""))
     if hlen > MAX_HEADER:
         raise ResourceLimitError(f"header length {hlen} exceeds {MAX_HEADER}")
     header = src.read(_PREAMBLE.size, hlen, "header")
@@ -155,6 +160,10 @@ class Writer:
 
     def u32(self, v: int) -> Writer:
         self.buf += struct.pack("<I", v)
+        return self
+
+    def f32(self, v: float) -> Writer:
+        self.buf += struct.pack("<f", v)
         return self
 
     def f64(self, v: float) -> Writer:
@@ -202,6 +211,9 @@ class Reader:
 
     def u32(self) -> int:
         return struct.unpack("<I", self._take(4))[0]
+
+    def f32(self) -> float:
+        return struct.unpack("<f", self._take(4))[0]
 
     def f64(self) -> float:
         return struct.unpack("<d", self._take(8))[0]

@@ -39,3 +39,8 @@ class UnsupportedDtypeError(StrataError, TypeError):
 
 class NonFiniteValueError(InvalidInputError):
     """The data hold NaN or Inf where the chosen mode cannot honour them."""
+
+
+class MissingDependencyError(StrataError, ImportError):
+    """An optional dependency needed by the requested feature is not installed; the message
+    names the extra to install (e.g. ``pip install 'strata[torch]'``)."""

@@ -23,7 +23,7 @@ import struct
 import numpy as np
 
 from .._numba import kernel_threads, workers
-from ..container import KIND_LOSSY, Writer, crc32, pack
+from ..container import KIND_LOSSY, Source, Writer, crc32, pack, unpack_header
 from ..errors import InvalidInputError, UnsupportedDtypeError
 from . import chunks, exact, missing
 from . import mask as mask_coder
@@ -159,6 +159,19 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     return pack(KIND_LOSSY, header.to_bytes(), sections)
 
 
+def with_enhancement(stream: bytes, section: bytes) -> bytes:
+    """``stream`` (a lossy stream from :func:`compress`) with ``section`` as its enhancement
+    section (:mod:`strata.enhance.section`), appended after the levels; the header records its
+    length (extension flag 8) and gets a new checksum."""
+    src = Source(stream)
+    raw, offset = unpack_header(src, KIND_LOSSY)
+    header = LossyHeader.from_bytes(raw, src.size)
+    if header.enhance_len:
+        raise InvalidInputError("the stream already has an enhancement section")
+    header.enhance_len = len(section)
+    return pack(KIND_LOSSY, header.to_bytes(), [bytes(src.read(offset, src.size - offset)), section])
+
+
 def predict_all(orig: np.ndarray, missing: np.ndarray, part: Partition, header: LossyHeader) -> np.ndarray:
     """Quantization codes (flat int32) of every point, in full-resolution layout (``missing``:
     the flat uint8 mask, empty without one)."""
@@ -266,4 +279,4 @@ def _varint_len(v: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["Settings", "absolute_bound", "compress", "encode_level", "level_geometry", "predict_all",
-           "validate_array", "RADIUS", "DTYPE_CODES"]
+           "validate_array", "with_enhancement", "RADIUS", "DTYPE_CODES"]

@@ -6,7 +6,7 @@ predictor settings (pass order, flat axes, level-wise bound factors, cubic/linea
 the length of the exact-value section, and per level the lengths of its head and payload;
 then an optional extension (streams written before it have none): flags, the missing-value
 fields (count, fill pattern, the first point's prediction, per level the lengths of its mask
-index and mask payload), the metadata section's length, the valid range.
+index and mask payload), the metadata section's length, the valid range, the enhancement section's length.
 Every size is validated against ``MAX_ELEMENTS`` and the stream length before anything is
 allocated.
 """
@@ -32,7 +32,7 @@ DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8")}
 DTYPE_CODES = {np.dtype("float32"): 1, np.dtype("float64"): 2}
 BOUND_ABS, BOUND_REL = 0, 1
 #: Extension flags.
-EXT_MISSING, EXT_METADATA, EXT_RANGE = 1, 2, 4
+EXT_MISSING, EXT_METADATA, EXT_RANGE, EXT_ENHANCE = 1, 2, 4, 8
 ORDERS = list(itertools.permutations(range(3)))
 
 
@@ -89,6 +89,8 @@ class LossyHeader:
     origin_pred: float = 0.0
     metadata_len: int = 0
     valid_range: tuple[float, float] | None = None
+    #: Bytes of the enhancement section (:mod:`strata.enhance`), last in the stream; 0: none.
+    enhance_len: int = 0
 
     @property
     def size(self) -> int:
@@ -118,7 +120,7 @@ class LossyHeader:
         for lv in self.levels:
             w.varint(lv.head_len).varint(lv.payload_len)
         flags = ((EXT_MISSING if self.missing_count else 0) | (EXT_METADATA if self.metadata_len else 0)
-                 | (EXT_RANGE if self.valid_range is not None else 0))
+                 | (EXT_RANGE if self.valid_range is not None else 0) | (EXT_ENHANCE if self.enhance_len else 0))
         w.u8(flags)
         if self.missing_count:
             w.varint(self.missing_count).raw(self.fill_bits).f64(self.origin_pred)
@@ -128,6 +130,8 @@ class LossyHeader:
             w.varint(self.metadata_len)
         if self.valid_range is not None:
             w.f64(self.valid_range[0]).f64(self.valid_range[1])
+        if self.enhance_len:
+            w.varint(self.enhance_len)
         return w.getvalue()
 
     @classmethod
@@ -183,7 +187,7 @@ class LossyHeader:
 
     def _read_extension(self, r: Reader, stream_size: int) -> None:
         flags = r.u8()
-        if flags >= 8:
+        if flags >= 16:
             raise CorruptStreamError(f"unknown header extension flags {flags}")
         if flags & EXT_MISSING:
             self.missing_count = r.varint(self.size)
@@ -202,3 +206,7 @@ class LossyHeader:
             if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
                 raise CorruptStreamError("invalid valid range")
             self.valid_range = (lo, hi)
+        if flags & EXT_ENHANCE:
+            self.enhance_len = r.varint(stream_size)
+            if self.enhance_len == 0:
+                raise CorruptStreamError("empty enhancement section")

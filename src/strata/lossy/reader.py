@@ -98,12 +98,15 @@ class LossyReader:
         for lv in h.levels:
             self._level_offsets.append(off)
             off += lv.total
+        self._enhance_offset = off
+        off += h.enhance_len
         if off > self._src.size:
             raise TruncatedStreamError(f"stream truncated: its sections need {off} bytes, "
                                        f"it has {self._src.size}")
         self._tables: dict[int, _LevelTables] = {}
         self._mask_index: dict[int, tuple[np.ndarray, list]] = {}
         self._metadata = None
+        self._enhancement = None
         if self._part is not None:
             self._bounds = h.step_bounds(self._part.steps)
 
@@ -158,6 +161,28 @@ class LossyReader:
         return self._metadata
 
     @property
+    def enhancement(self):
+        """The stream's enhancement section (:class:`strata.enhance.section.Enhancement`: mode,
+        whether a network is stored, the encoder's figures), or None.
+
+        Raises:
+            CorruptStreamError: the section is damaged.
+        """
+        if self._enhancement is None and self.header.enhance_len:
+            from ..enhance.section import Enhancement
+
+            self._enhancement = Enhancement.from_bytes(
+                self._src.read(self._enhance_offset, self.header.enhance_len, "enhancement section"), self.header.size)
+        return self._enhancement
+
+    @property
+    def guaranteed_error(self) -> float:
+        """Bound on ``|x - y|`` of every valid value of a full read: the error bound, twice
+        it for a stream with a stored 2x enhancement."""
+        e = self.enhancement
+        return self.header.eb * (2 if e is not None and e.stored and e.mode_name == "2x" else 1)
+
+    @property
     def levels(self) -> list[LevelInfo]:
         """Resolution levels, coarse to fine (empty for an empty array)."""
         if self._part is None:
@@ -202,7 +227,7 @@ class LossyReader:
     # ------------------------------------------------------------------ decoding
     @kernel_threads()
     def read(self, level: int | None = None, region=None, *, full_resolution: bool = True, masked: bool = False,
-             progress=None, max_output_bytes: int | None = None) -> np.ndarray:
+             progress=None, max_output_bytes: int | None = None, enhance: bool = True, inputs=None) -> np.ndarray:
         """Decode the data.
 
         Args:
@@ -221,14 +246,23 @@ class LossyReader:
             max_output_bytes: most bytes the read may allocate (output and working arrays);
                 default :data:`MAX_OUTPUT_BYTES` (a decompression-bomb guard, like Pillow's);
                 0 for no limit.
+            enhance: apply the stream's enhancement network (:mod:`strata.enhance`), if it
+                stores one, to a full-resolution read of every level (whole or region: the
+                region is decoded with the halo the network reads, so it equals the same
+                region of a whole read). Previews of coarser levels stay plain. False: the
+                plain decoded values.
+            inputs: for a network that reads other fields (cross-field), a callable
+                ``inputs(name, lo, hi)`` returning ``(values, missing)`` of that field's
+                internal 3D block ``[lo, hi)`` (:meth:`read_block`);
+                :func:`strata.enhance.decompress_fields` passes it.
 
         Returns:
             ndarray of the stream's dtype (missing points hold their original bits, in a
             preview too), or a MaskedArray with ``masked=True``.
 
         Raises:
-            InvalidInputError: ``level`` out of range, bad ``region``, or a region with
-                ``full_resolution=False``.
+            InvalidInputError: ``level`` out of range, bad ``region``, a region with
+                ``full_resolution=False``, or a cross-field network without ``inputs``.
             ResourceLimitError: the read would allocate more than ``max_output_bytes``
                 (raised before allocating anything).
             CorruptStreamError, TruncatedStreamError: the bytes needed are damaged.
@@ -252,7 +286,12 @@ class LossyReader:
             out = np.empty(_region_shape(region, self.shape), self.dtype)
             return np.ma.MaskedArray(out, mask=np.zeros(out.shape, bool)) if masked else out
         report = progress or (lambda done, total: None)
-        if box is None and full_resolution:
+        e = self.enhancement if enhance and level == last and full_resolution else None
+        if e is not None and e.stored:
+            out, m = self._read_enhanced(e, box, limit, report, inputs)
+            if region is not None:
+                out, m = _select(out, box.lo, region, self.shape), _select(m, box.lo, region, self.shape)
+        elif box is None and full_resolution:
             out, m = self._read_whole(level, limit, report)
         else:
             out, m = self._read_window(level, box, full_resolution, limit, report)
@@ -297,6 +336,55 @@ class LossyReader:
         w, miss = prev
         m = miss.view(np.bool_).reshape(w.shape)[w.slices(box)]
         return m.reshape(self.shape) if whole else _select(m, box.lo, region, self.shape)
+
+    @kernel_threads()
+    def read_block(self, lo, hi, *, max_output_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Plain decoded ``(values, missing)`` of the block ``[lo, hi)`` of the internal 3D view
+        (1-D and 2-D arrays get leading axes of size 1, leading axes of more than 3 are merged):
+        3D arrays of the block's shape, the stream's dtype and bool.
+
+        Raises:
+            InvalidInputError: the block is empty or outside the array.
+            ResourceLimitError, CorruptStreamError, TruncatedStreamError: as :meth:`read`.
+        """
+        part = self._part
+        box = Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi))
+        if part is None or box.empty() or any(a < 0 or b > n for a, b, n in zip(box.lo, box.hi, part.shape)):
+            raise InvalidInputError(f"block [{lo}, {hi}) is empty or outside the array's 3D view")
+        limit = MAX_OUTPUT_BYTES if max_output_bytes is None else int(max_output_bytes)
+        if box == Box.whole(part.shape):
+            x, m = self._read_whole(part.num_levels - 1, limit, lambda done, total: None)
+            return x.reshape(part.shape), m.reshape(part.shape)
+        return self._read_window(part.num_levels - 1, box, True, limit, lambda done, total: None)
+
+    def _read_enhanced(self, e, box: Box | None, limit: int, report, inputs):
+        """Enhanced values and mask of the whole array (its shape) or of ``box`` (3D): the
+        box and its halo decoded plainly, the network applied, the box cut out."""
+        from ..enhance.apply import enhance_block
+        from ..enhance.network import HALO, SLICE_HALO
+
+        part = self._part
+        target = box if box is not None else Box.whole(part.shape)
+        grown = target.grow(0, SLICE_HALO, part.shape).grow(1, HALO, part.shape).grow(2, HALO, part.shape)
+        if len(e.inputs) > 1 and inputs is None:
+            names = ", ".join(repr(f.name) for f in e.inputs[1:])
+            raise InvalidInputError(f"this stream's enhancement also reads the fields {names}: decode it "
+                                    "with strata.enhance.decompress_fields (or pass enhance=False)")
+        if box is None:
+            x, m = self._read_whole(part.num_levels - 1, limit, report)
+            blocks = [(x.reshape(part.shape), m.reshape(part.shape))]
+        else:
+            blocks = [self._read_window(part.num_levels - 1, grown, True, limit, report)]
+        blocks += [inputs(f.name, grown.lo, grown.hi) for f in e.inputs[1:]]
+        sl = tuple(slice(a, b) for a, b in zip(grown.lo, grown.hi))
+        fb = e.fallback(self.header.size)
+        fb = fb.reshape(part.shape)[sl] if fb is not None else None
+        out, _ = enhance_block(e, blocks, self.header.eb, fb)
+        m = blocks[0][1]
+        if box is None:
+            return out.reshape(self.shape), m.reshape(self.shape)
+        inner = tuple(slice(a - g, b - g) for a, b, g in zip(target.lo, target.hi, grown.lo))
+        return out[inner], m[inner]
 
     def _bytes_per_point(self, codes: bool = True) -> int:
         return self.dtype.itemsize + 4 * codes + (1 if self.header.missing_count else 0)

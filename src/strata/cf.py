@@ -426,8 +426,9 @@ class Variable:
     metadata: dict | None = None
     packing: Packing | None = None
 
-    def compress(self, *, abs_error=None, rel_error=None, progress=None) -> bytes:
-        """:func:`strata.lossy.compress` with this variable's mask, fill value and metadata.
+    def compress(self, *, abs_error=None, rel_error=None, progress=None, enhance=None) -> bytes:
+        """:func:`strata.lossy.compress` with this variable's mask, fill value and metadata
+        (:func:`strata.enhance.compress` with ``enhance="1x"`` or ``"2x"``).
 
         For packed data the bound is tightened so that repacking on write keeps it (see the
         module's docstring); the stream's header gives the bound in force.
@@ -440,6 +441,11 @@ class Variable:
 
         if self.packing is not None:
             abs_error, rel_error = self.packing.safe_bound(self.data, abs_error, rel_error)
+        if enhance is not None:
+            from .enhance import compress as enhanced
+
+            return enhanced(self.data, abs_error=abs_error, rel_error=rel_error, enhance=enhance, mask=self.mask,
+                            fill_value=self.fill_value, metadata=self.metadata)
         return compress(self.data, abs_error=abs_error, rel_error=rel_error, mask=self.mask,
                         fill_value=self.fill_value, metadata=self.metadata, progress=progress)
 

@@ -1,7 +1,7 @@
 """The ``strata`` command line.
 
-    strata compress INPUT [-o OUT] (--abs E | --rel E) [--shape AxBxC] [--var NAME [--no-cf]]
-    strata decompress INPUT [-o OUT.npy|OUT.f32|OUT.f64|OUT.nc] [--level K] [--region SPEC]
+    strata compress INPUT [-o OUT] (--abs E | --rel E) [--shape AxBxC] [--var NAME [--no-cf]] [--enhance 1x|2x]
+    strata decompress INPUT [-o OUT.npy|OUT.f32|OUT.f64|OUT.nc] [--level K] [--region SPEC] [--no-enhance]
     strata info INPUT
     strata extract INPUT -o OUT [--level K [--grid]] [--region SPEC]
     strata convert IN.nc OUT.zarr (--rel E | --abs E) [--var NAME ...] [--chunks SPEC] [--force]
@@ -94,7 +94,10 @@ def main():
 @click.option("--var", help="variable (NetCDF) or dataset (HDF5) to read")
 @click.option("--no-cf", "no_cf", is_flag=True,
               help="NetCDF/HDF5: read the stored values, ignoring _FillValue, missing_value, valid_* and packing")
-def compress(input, output, abs_error, rel_error, shape, var, no_cf):
+@click.option("--enhance", type=click.Choice(["1x", "2x"]),
+              help="train and store an enhancement network (NeurLZ; needs strata[torch]): 2x keeps every value "
+              "within twice the bound, 1x within the bound")
+def compress(input, output, abs_error, rel_error, shape, var, no_cf, enhance):
     """Compress INPUT with a point-wise error bound on its valid values.
 
     A NetCDF/HDF5 variable is read with the CF conventions (missing values, packed data) and
@@ -110,7 +113,7 @@ def compress(input, output, abs_error, rel_error, shape, var, no_cf):
         bar = _Bar(a.nbytes, "compress")
         t = time.perf_counter()
         try:
-            blob = v.compress(abs_error=abs_error, rel_error=rel_error, progress=bar)
+            blob = v.compress(abs_error=abs_error, rel_error=rel_error, progress=bar, enhance=enhance)
         finally:
             bar.close()
         t = time.perf_counter() - t
@@ -124,7 +127,7 @@ def compress(input, output, abs_error, rel_error, shape, var, no_cf):
                f"{a.nbytes / 1e6 / t:.0f} MB/s)")
 
 
-def _decode_to(input, output, level, region, grid=False):
+def _decode_to(input, output, level, region, grid=False, enhance=True):
     """Decode INPUT (all, a level, or a region) and write it to OUTPUT; report or fail."""
     from .cf import NETCDF_SUFFIXES, keep_axes
     from .inputs import write_array
@@ -138,7 +141,8 @@ def _decode_to(input, output, level, region, grid=False):
         with LossyReader(input) as r:
             bar = _Bar(r.header.size * r.dtype.itemsize, "decompress")
             try:
-                a = r.read(level=level, region=region, full_resolution=not grid, masked=True, progress=bar)
+                a = r.read(level=level, region=region, full_resolution=not grid, masked=True, progress=bar,
+                           enhance=enhance)
             finally:
                 bar.close()
             index = tuple(slice(None, None, q) for q in r.levels[level].stride) if grid else region
@@ -156,7 +160,8 @@ def _decode_to(input, output, level, region, grid=False):
               help="output .npy, .f32, .f64 or .nc (default: INPUT without .strata, as .npy)")
 @click.option("--level", type=int, help="decode levels 0..LEVEL only (a full-resolution preview)")
 @click.option("--region", help='decode only this box, e.g. "10:20,:,5"')
-def decompress(input, output, level, region):
+@click.option("--no-enhance", "no_enhance", is_flag=True, help="skip the stream's enhancement network (plain values)")
+def decompress(input, output, level, region, no_enhance):
     """Decompress INPUT (all of it, a preview from a level, or a region).
 
     A .nc output rebuilds the NetCDF variable the stream was made from (name, dimensions,
@@ -167,7 +172,7 @@ def decompress(input, output, level, region):
     if output is None:
         stem = input.name[:-len(".strata")] if input.name.endswith(".strata") else input.name
         output = input.with_name(Path(stem).stem + ".npy")
-    _decode_to(input, output, level, region)
+    _decode_to(input, output, level, region, enhance=not no_enhance)
 
 
 @main.command()
@@ -213,6 +218,9 @@ def info(input):
                            f"{len(desc.attrs)} attributes, coordinates: {', '.join(desc.coords) or 'none'}")
             elif r.metadata is not None:
                 click.echo(f"  metadata: {len(r.metadata)} entries")
+            e = r.enhancement
+            if e is not None:
+                click.echo(f"  {_enhancement_text(e)}")
             s = r.settings_text()
             click.echo(f"  predictor {s}")
             click.echo("  level  shape                 stride        error bound   bytes       points")
@@ -221,6 +229,24 @@ def info(input):
                            f"  {lv.compressed_bytes:10d}  {lv.points:10d}")
     except StrataError as exc:
         _fail(exc)
+
+
+def _enhancement_text(e) -> str:
+    """One line on an enhancement section (``strata info``)."""
+    gain = f"PSNR {e.psnr_plain:.2f} -> {e.psnr_enhanced:.2f} dB"
+    if not e.stored:
+        if e.plain_equivalent_bytes:
+            why = f"it did not pay: {gain}, a plain stream of that PSNR: about {e.plain_equivalent_bytes} bytes"
+        elif e.psnr_enhanced > e.psnr_plain:
+            why = f"it did not pay: {gain}"
+        else:
+            why = "no gain, or not trained: a bound of 0, or weights that would outweigh the stream"
+        return f"enhancement {e.mode_name}: not stored ({why}); values decode plainly"
+    inputs = ", ".join(f.name for f in e.inputs[1:])
+    extra = f", {e.fallback_count} fallback points" if e.mode_name == "1x" else ""
+    within = "twice the bound" if e.mode_name == "2x" else "the bound"
+    return (f"enhancement {e.mode_name}: stored (values within {within}), {e.params.size} parameters "
+            f"({2 * e.params.size} bytes){extra}, {gain}" + (f", inputs also {inputs}" if inputs else ""))
 
 
 @main.command()

@@ -245,8 +245,8 @@ def _enhancement_text(e) -> str:
     inputs = ", ".join(f.name for f in e.inputs[1:])
     extra = f", {e.fallback_count} fallback points" if e.mode_name == "1x" else ""
     within = "twice the bound" if e.mode_name == "2x" else "the bound"
-    return (f"enhancement {e.mode_name}: stored (values within {within}), {e.params.size} parameters "
-            f"({2 * e.params.size} bytes){extra}, {gain}" + (f", inputs also {inputs}" if inputs else ""))
+    return (f"enhancement {e.mode_name}: stored (values within {within}), {e.quantized.size} 8-bit parameters, "
+            f"width {e.width}{extra}, {gain}" + (f", inputs also {inputs}" if inputs else ""))
 
 
 @main.command()

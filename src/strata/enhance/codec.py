@@ -28,6 +28,8 @@ from .apply import enhance_block, stack_inputs
 from .section import MODE_1X, MODE_2X, Enhancement, InputField, code_fallback
 
 MODES = {"1x": MODE_1X, "2x": MODE_2X}
+#: Plain streams smaller than this get the narrow network (``EnhanceOptions.width`` None).
+SMALL_STREAM = 32 << 10
 #: Feature masks: the field itself (value, detail, the slices below and above), another field.
 OWN_FEATURES, OTHER_FEATURES = 0b1111, 0b0011
 
@@ -41,7 +43,9 @@ class EnhanceOptions:
         batch_points: points per step (whole patches of ``patch x patch`` points of a slice);
             training visits ``steps x batch_points`` points whatever the field's size.
         patch: edge of the training patches (points).
-        width: hidden channels of the network (8: 1,465 parameters for one field).
+        width: hidden channels of the network; None: 8 (1,537 parameters for one field), or 4
+            (481) when the plain stream is under ``SMALL_STREAM`` bytes, where the larger
+            network's weights would cost more than it gains.
         learning_rate: Adam's step size.
         slice_share: share of the slices (axis 0 of the internal 3D view) patches are drawn
             from, in (0, 1].
@@ -52,7 +56,7 @@ class EnhanceOptions:
     steps: int = 300
     batch_points: int = 20_000
     patch: int = 64
-    width: int = 8
+    width: int | None = None
     learning_rate: float = 3e-3
     slice_share: float = 1.0
     seed: int = 0
@@ -61,7 +65,8 @@ class EnhanceOptions:
     def __post_init__(self):
         ok = (isinstance(self.steps, int) and self.steps >= 1 and isinstance(self.batch_points, int)
               and self.batch_points >= 1 and isinstance(self.patch, int) and self.patch >= 1
-              and isinstance(self.width, int) and 1 <= self.width <= 64 and 0 < self.slice_share <= 1
+              and (self.width is None or isinstance(self.width, int) and 1 <= self.width <= 64)
+              and 0 < self.slice_share <= 1
               and math.isfinite(self.learning_rate) and self.learning_rate > 0)
         if not ok:
             raise InvalidInputError(f"invalid enhancement options {self}")
@@ -130,25 +135,26 @@ def _enhance(f: _Field, others: list[_Field], mode: int, opts: EnhanceOptions, b
     valid = f.valid()
     psnr_plain = _psnr(f, f.plain, valid) if valid.any() else math.inf
     inputs = [f.input("", OWN_FEATURES)] + [o.input(o.name, OTHER_FEATURES) for o in others]
-    n_params = network.weight_count(network.channel_count(i.features for i in inputs), opts.width)
+    width = opts.width or (4 if len(f.stream) < SMALL_STREAM else 8)
+    n_params = network.weight_count(network.channel_count(i.features for i in inputs), width)
     spec_ok = all(math.isfinite(v) and v != 0 for i in inputs for v in (i.value_scale, i.detail_scale)) and all(
         math.isfinite(i.center) for i in inputs)
-    if f.eb == 0 or not valid.any() or not spec_ok or 2 * n_params >= len(f.stream):
+    if f.eb == 0 or not valid.any() or not spec_ok or n_params >= len(f.stream):
         if bar is not None:
             bar.update(opts.steps)
         return _declined(mode, psnr_plain)  # nothing to learn, or weights that cannot pay
     blocks = [(f.plain, f.missing)] + [(o.plain, o.missing) for o in others]
-    e = Enhancement(mode, True, psnr_plain, psnr_plain, 0, opts.width, inputs)
+    e = Enhancement(mode, True, psnr_plain, psnr_plain, 0, width, inputs)
     feats = network.features(stack_inputs(blocks, [i.center for i in inputs]), e.spec())
     target = np.zeros(f.plain.shape, np.float32)
     np.divide(f.original - f.plain.astype(np.float64), f.eb, out=target, where=valid, casting="unsafe")
-    params = train.train(feats, target, valid, width=opts.width, steps=opts.steps, batch_points=opts.batch_points,
+    params = train.train(feats, target, valid, width=width, steps=opts.steps, batch_points=opts.batch_points,
                          patch=opts.patch, learning_rate=opts.learning_rate, slice_share=opts.slice_share,
                          seed=opts.seed, progress=bar)
     del feats, target
-    e.params = params.astype("<f2").astype(np.float32)
-    if not np.isfinite(e.params).all():
+    if not np.isfinite(params).all():
         return _declined(mode, psnr_plain)
+    e.set_params(params)
     enhanced, _ = enhance_block(e, blocks, f.eb)
     if mode == MODE_1X:
         fb = regulate.fallback_points(f.original, enhanced, f.eb, valid)

@@ -51,17 +51,42 @@ def weight_count(channels: int, width: int) -> int:
     return (width * channels * 9 + width) + 2 * (width * width * 9 + width) + (width * 9 + 1)
 
 
+def _shapes(channels: int, width: int):
+    return [(width, channels, 3, 3), (width,), (width, width, 3, 3), (width,), (width, width, 3, 3), (width,),
+            (1, width, 3, 3), (1,)]
+
+
 def unpack(flat: np.ndarray, channels: int, width: int):
     """``(w1, b1, w2, b2, w3, b3, w4, b4)`` views of a flat float32 parameter vector, in the
     order :func:`weight_count` counts them (torch's ``Conv2d`` layouts, ``(out, in, 3, 3)``)."""
-    shapes = [(width, channels, 3, 3), (width,), (width, width, 3, 3), (width,), (width, width, 3, 3), (width,),
-              (1, width, 3, 3), (1,)]
     out, pos = [], 0
-    for s in shapes:
+    for s in _shapes(channels, width):
         n = int(np.prod(s))
         out.append(flat[pos:pos + n].reshape(s))
         pos += n
     return out
+
+
+#: Parameter tensors of the network (each quantized with its own scale).
+N_TENSORS = 8
+
+
+def quantize(params: np.ndarray, channels: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """8-bit weights: ``(scales, q)`` with float32 ``scales`` (one per tensor, ``max|w| / 127``)
+    and int8 ``q`` (flat), so that :func:`dequantize` gives ``q * scale`` per tensor."""
+    scales, qs = [], []
+    for t in unpack(params.astype(np.float32), channels, width):
+        s = np.float32(np.abs(t).max() / 127.0) if t.size else np.float32(0)
+        scales.append(s)
+        qs.append(np.zeros(t.size, np.int8) if s == 0 else np.clip(np.rint(t.ravel() / s), -127, 127).astype(np.int8))
+    return np.array(scales, np.float32), np.concatenate(qs)
+
+
+def dequantize(scales: np.ndarray, q: np.ndarray, channels: int, width: int) -> np.ndarray:
+    """float32 flat parameters ``q * scale`` of each tensor (a float32 product: exact and the
+    same everywhere)."""
+    per = np.repeat(np.asarray(scales, np.float32), [int(np.prod(s)) for s in _shapes(channels, width)])
+    return q.astype(np.float32) * per
 
 
 @njit(cache=True)

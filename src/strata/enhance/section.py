@@ -8,14 +8,15 @@ Layout (``docs/format.md``, section 7)::
     u8 width | u8 input fields F                                           -- if stored
     F x (blob name (UTF-8, "" = this field) | f32 center | f32 value scale | f32 detail scale |
          u8 feature mask)
-    varint parameter count | count x f16 parameters
+    varint parameter count P | 8 x f32 tensor scales | blob: the P int8 parameters, coded
     varint fallback count | blob fallback bitmap                           -- if stored, 1x
     u32 CRC-32 of all the above
 
-The fallback bitmap holds one bit per value of the array (C order, least significant bit
-first), set where the decoder keeps the plain decoded value; it is coded by the shared byte
-coder (:mod:`strata.entropy.bytecoder`). Everything is validated before use; weights that
-decode to non-finite values are refused.
+The parameters are 8-bit (:func:`strata.enhance.network.quantize`: each of the network's eight
+tensors ``q * scale``). The fallback bitmap holds one bit per value of the array (C order,
+least significant bit first), set where the decoder keeps the plain decoded value. Both are
+coded by the shared byte coder (:mod:`strata.entropy.bytecoder`). Everything is validated
+before use; weights that decode to non-finite values are refused.
 """
 from __future__ import annotations
 
@@ -67,13 +68,27 @@ class Enhancement:
     plain_equivalent_bytes: int
     width: int = 0
     inputs: list[InputField] = field(default_factory=list)
-    params: np.ndarray | None = None  # float32, the f16 values
+    scales: np.ndarray | None = None  # float32 (N_TENSORS,)
+    quantized: np.ndarray | None = None  # int8 (P,)
     fallback_count: int = 0
     fallback_coded: bytes = b""
 
     @property
     def mode_name(self) -> str:
         return MODE_NAMES[self.mode]
+
+    @property
+    def channels(self) -> int:
+        return network.channel_count(f.features for f in self.inputs)
+
+    @property
+    def params(self) -> np.ndarray:
+        """float32 flat parameters (:func:`strata.enhance.network.dequantize`)."""
+        return network.dequantize(self.scales, self.quantized, self.channels, self.width)
+
+    def set_params(self, params: np.ndarray) -> None:
+        """Quantize and keep float32 ``params`` (:func:`strata.enhance.network.quantize`)."""
+        self.scales, self.quantized = network.quantize(params, self.channels, self.width)
 
     def spec(self) -> np.ndarray:
         """float32 ``(F, 4)``: center, value scale, detail scale, feature mask per input."""
@@ -100,7 +115,8 @@ class Enhancement:
             w.u8(self.width).u8(len(self.inputs))
             for f in self.inputs:
                 w.blob(f.name.encode()).f32(f.center).f32(f.value_scale).f32(f.detail_scale).u8(f.features)
-            w.varint(self.params.size).raw(self.params.astype("<f2").tobytes())
+            w.varint(self.quantized.size).raw(self.scales.astype("<f4").tobytes())
+            w.blob(bytecoder.encode(self.quantized.view(np.uint8)))
             if self.mode == MODE_1X:
                 w.varint(self.fallback_count).blob(self.fallback_coded)
         body = w.getvalue()
@@ -141,13 +157,14 @@ class Enhancement:
                 if (i == 0) != (name == ""):
                     raise CorruptStreamError("the first enhancement input must be the stream's own field, only it")
                 e.inputs.append(f)
-            expected = network.weight_count(network.channel_count(f.features for f in e.inputs), e.width)
-            n = r.varint(len(body))
+            expected = network.weight_count(e.channels, e.width)
+            n = r.varint(1 << 24)
             if n != expected:
                 raise CorruptStreamError(f"enhancement network holds {n} parameters, its shape needs {expected}")
-            e.params = np.frombuffer(r.raw(2 * n), "<f2").astype(np.float32)
-            if not np.isfinite(e.params).all():
+            e.scales = np.frombuffer(r.raw(4 * network.N_TENSORS), "<f4").astype(np.float32)
+            if not (np.isfinite(e.scales).all() and (e.scales >= 0).all()):
                 raise CorruptStreamError("enhancement weights decode to non-finite values")
+            e.quantized = bytecoder.decode(r.blob(len(body)), n).view(np.int8)
             if mode == MODE_1X:
                 e.fallback_count = r.varint(size)
                 e.fallback_coded = bytes(r.blob(len(body)))

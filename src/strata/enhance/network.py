@@ -19,15 +19,17 @@ internal 3D view (axis 0 indexes the slices; a 2D array is one slice):
 Inference is plain float32 arithmetic in a fixed order (each output sums its input channels,
 then rows, then columns of the kernel, in that order, starting from the bias) with no
 fast-math, so an encoder and a decoder compute identical values, on one thread or many
-(threads split the slices, never a sum). The receptive field reaches ``HALO`` points within a
+(threads split the slices, never a sum: plain Python threads running a ``nogil`` kernel,
+cheaper to compile than a numba parallel loop). The receptive field reaches ``HALO`` points within a
 slice and one slice either way (:data:`SLICE_HALO`): a region read decodes that much more.
 """
 from __future__ import annotations
 
-import numpy as np
-from numba import njit, prange
+from concurrent.futures import ThreadPoolExecutor
 
-from .._numba import pick, serial_variant
+import numba
+import numpy as np
+from numba import njit
 
 #: Features of an input field (bit ``k`` of a field's feature mask).
 VALUE, DETAIL, BELOW, ABOVE = 0, 1, 2, 3
@@ -156,8 +158,9 @@ def _conv(src, w, b, dst, relu):
                         dst[o, i + 1, j + 1] = zero
 
 
-@njit(cache=True)
-def _slice(fields, spec, k, w1, b1, w2, b2, w3, b3, w4, b4, out):
+@njit(cache=True, nogil=True)
+def _slice(fields, spec, k, weights, out):
+    w1, b1, w2, b2, w3, b3, w4, b4 = weights
     n_ch, width = w1.shape[1], w1.shape[0]
     height, cols = fields.shape[2], fields.shape[3]
     feat = np.zeros((n_ch, height + 2, cols + 2), np.float32)
@@ -177,24 +180,34 @@ def _slice(fields, spec, k, w1, b1, w2, b2, w3, b3, w4, b4, out):
     out[k] = r[0, 1:height + 1, 1:cols + 1]
 
 
-@njit(cache=True, parallel=True)
-def _predict(fields, spec, w1, b1, w2, b2, w3, b3, w4, b4, out):
-    for k in prange(fields.shape[1]):
-        _slice(fields, spec, k, w1, b1, w2, b2, w3, b3, w4, b4, out)
+@njit(cache=True, nogil=True)
+def _predict_slices(fields, spec, weights, out, first, last):
+    """Slices ``first .. last - 1`` of the prediction into ``out`` (float32 ``(D, H, W)``)."""
+    for k in range(first, last):
+        _slice(fields, spec, k, weights, out)
 
 
-_predict_serial = serial_variant(_predict)
-
-
-@njit(cache=True, parallel=True)
-def _features(fields, spec, out):
-    for k in prange(fields.shape[1]):
-        feat = np.zeros((out.shape[1], fields.shape[2] + 2, fields.shape[3] + 2), np.float32)
+@njit(cache=True, nogil=True)
+def _features_slices(fields, spec, out, first, last):
+    """Slices ``first .. last - 1`` of the input channels into ``out`` (float32 ``(D, C, H, W)``)."""
+    feat = np.zeros((out.shape[1], fields.shape[2] + 2, fields.shape[3] + 2), np.float32)
+    for k in range(first, last):
         _slice_features(fields, spec, k, feat)
         out[k] = feat[:, 1:-1, 1:-1]
 
 
-_features_serial = serial_variant(_features)
+def _over_slices(kernel, n_slices: int, *args) -> None:
+    """Run ``kernel(*args, first, last)`` over contiguous runs of slices on the threads numba
+    may use (:func:`strata._numba.kernel_threads` sets them): each slice is computed whole by
+    one thread, so the result does not depend on their number."""
+    n = max(1, min(numba.get_num_threads(), n_slices))
+    bounds = [n_slices * i // n for i in range(n + 1)]
+    if n == 1:
+        kernel(*args, 0, n_slices)
+        return
+    with ThreadPoolExecutor(n) as pool:
+        for f in [pool.submit(kernel, *args, a, b) for a, b in zip(bounds, bounds[1:])]:
+            f.result()
 
 
 def features(fields: np.ndarray, spec: np.ndarray) -> np.ndarray:
@@ -203,7 +216,7 @@ def features(fields: np.ndarray, spec: np.ndarray) -> np.ndarray:
     ``(F, 4)``: center, value scale, detail scale, feature mask per field). The training
     inputs, computed by the code inference runs."""
     out = np.empty((fields.shape[1], channel_count(spec[:, 3]), fields.shape[2], fields.shape[3]), np.float32)
-    pick(_features, _features_serial, fields.size < 1 << 16)(fields, spec, out)
+    _over_slices(_features_slices, fields.shape[1], fields, spec, out)
     return out
 
 
@@ -217,7 +230,7 @@ def predict(fields: np.ndarray, spec: np.ndarray, params: np.ndarray, width: int
         params: float32 flat parameters (:func:`weight_count`).
         width: hidden channels.
     """
-    w = unpack(np.ascontiguousarray(params, np.float32), channel_count(spec[:, 3]), width)
+    w = tuple(unpack(np.ascontiguousarray(params, np.float32), channel_count(spec[:, 3]), width))
     out = np.empty(fields.shape[1:], np.float32)
-    pick(_predict, _predict_serial, fields.shape[1] < 2)(fields, spec, *w, out)
+    _over_slices(_predict_slices, fields.shape[1], fields, spec, w, out)
     return out

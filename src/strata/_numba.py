@@ -81,6 +81,12 @@ def _in_dask_worker() -> bool:
     return True
 
 
+def thread_budget() -> int:
+    """Threads a call may use now: one inside a dask.distributed worker, else numba's
+    current setting (which :func:`kernel_threads` shares among concurrent calls)."""
+    return 1 if _in_dask_worker() else numba.get_num_threads()
+
+
 @contextlib.contextmanager
 def kernel_threads():
     """Run a compression or a read with its share of numba's threads (see the module

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-import numba
 import numpy as np
 from numba import njit
+
+from .._numba import thread_budget
 
 #: Features of an input field (bit ``k`` of a field's feature mask).
 VALUE, DETAIL, BELOW, ABOVE = 0, 1, 2, 3
@@ -198,9 +199,9 @@ def _features_slices(fields, spec, out, first, last):
 
 def _over_slices(kernel, n_slices: int, *args) -> None:
     """Run ``kernel(*args, first, last)`` over contiguous runs of slices on the threads numba
-    may use (:func:`strata._numba.kernel_threads` sets them): each slice is computed whole by
+    may use (:func:`strata._numba.thread_budget`): each slice is computed whole by
     one thread, so the result does not depend on their number."""
-    n = max(1, min(numba.get_num_threads(), n_slices))
+    n = max(1, min(thread_budget(), n_slices))
     bounds = [n_slices * i // n for i in range(n + 1)]
     if n == 1:
         kernel(*args, 0, n_slices)

@@ -9,8 +9,11 @@ inference runs in :mod:`strata.enhance.network`.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
+from .._numba import thread_budget
 from ..errors import MissingDependencyError
 from . import network
 
@@ -22,6 +25,18 @@ def _torch():
         raise MissingDependencyError("strata.enhance trains its network with PyTorch: "
                                      "pip install 'strata[torch]'") from exc
     return torch
+
+
+@contextmanager
+def _threads(torch):
+    """torch on the call's share of threads (:func:`strata._numba.thread_budget`): its pool
+    spins, and more threads than the share slow every concurrent call down."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(before, thread_budget())))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _model(torch, channels: int, width: int):
@@ -70,7 +85,7 @@ def train(feats: np.ndarray, target: np.ndarray, valid: np.ndarray, *, width: in
     f_t = torch.from_numpy(feats)
     t_t = torch.from_numpy(target)
     v_t = torch.from_numpy(valid.astype(np.float32))
-    with torch.random.fork_rng(devices=[]):
+    with _threads(torch), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         net = _model(torch, channels, width)
         opt = torch.optim.Adam(net.parameters(), lr=learning_rate)

@@ -15,6 +15,7 @@ enhance="2x")`` and ``strata.decompress`` use this package.
 """
 from __future__ import annotations
 
-from .codec import MODES, EnhanceOptions, compress, compress_fields, decompress_fields
+from .codec import MODES, compress, compress_fields, decompress_fields
+from .options import EnhanceOptions
 
 __all__ = ["MODES", "EnhanceOptions", "compress", "compress_fields", "decompress_fields"]

@@ -25,51 +25,12 @@ from ..lossy import missing as lossy_missing
 from ..lossy.partition import as_3d_shape
 from . import network, regulate, train
 from .apply import enhance_block, stack_inputs
+from .options import SMALL_STREAM, EnhanceOptions
 from .section import MODE_1X, MODE_2X, Enhancement, InputField, code_fallback
 
 MODES = {"1x": MODE_1X, "2x": MODE_2X}
-#: Plain streams smaller than this get the narrow network (``EnhanceOptions.width`` None).
-SMALL_STREAM = 32 << 10
 #: Feature masks: the field itself (value, detail, the slices below and above), another field.
 OWN_FEATURES, OTHER_FEATURES = 0b1111, 0b0011
-
-
-@dataclass(frozen=True)
-class EnhanceOptions:
-    """Training settings of :mod:`strata.enhance` (defaults: about a second on two cores).
-
-    Attributes:
-        steps: optimizer steps (Adam).
-        batch_points: points per step (whole patches of ``patch x patch`` points of a slice);
-            training visits ``steps x batch_points`` points whatever the field's size.
-        patch: edge of the training patches (points).
-        width: hidden channels of the network; None: 8 (1,537 parameters for one field), or 4
-            (481) when the plain stream is under ``SMALL_STREAM`` bytes, where the larger
-            network's weights would cost more than it gains.
-        learning_rate: Adam's step size.
-        slice_share: share of the slices (axis 0 of the internal 3D view) patches are drawn
-            from, in (0, 1].
-        seed: seeds the patch sampling and the initial weights (the stream is reproducible).
-        progress: show a tqdm bar over the training steps (None: only on a terminal).
-    """
-
-    steps: int = 300
-    batch_points: int = 20_000
-    patch: int = 64
-    width: int | None = None
-    learning_rate: float = 3e-3
-    slice_share: float = 1.0
-    seed: int = 0
-    progress: bool | None = None
-
-    def __post_init__(self):
-        ok = (isinstance(self.steps, int) and self.steps >= 1 and isinstance(self.batch_points, int)
-              and self.batch_points >= 1 and isinstance(self.patch, int) and self.patch >= 1
-              and (self.width is None or isinstance(self.width, int) and 1 <= self.width <= 64)
-              and 0 < self.slice_share <= 1
-              and math.isfinite(self.learning_rate) and self.learning_rate > 0)
-        if not ok:
-            raise InvalidInputError(f"invalid enhancement options {self}")
 
 
 def parse_mode(enhance) -> int:
@@ -141,16 +102,14 @@ def _enhance(f: _Field, others: list[_Field], mode: int, opts: EnhanceOptions, b
         math.isfinite(i.center) for i in inputs)
     if f.eb == 0 or not valid.any() or not spec_ok or n_params >= len(f.stream):
         if bar is not None:
-            bar.update(opts.steps)
+            bar.update(opts.steps_for(f.original.nbytes))
         return _declined(mode, psnr_plain)  # nothing to learn, or weights that cannot pay
     blocks = [(f.plain, f.missing)] + [(o.plain, o.missing) for o in others]
     e = Enhancement(mode, True, psnr_plain, psnr_plain, 0, width, inputs)
     feats = network.features(stack_inputs(blocks, [i.center for i in inputs]), e.spec())
     target = np.zeros(f.plain.shape, np.float32)
     np.divide(f.original - f.plain.astype(np.float64), f.eb, out=target, where=valid, casting="unsafe")
-    params = train.train(feats, target, valid, width=width, steps=opts.steps, batch_points=opts.batch_points,
-                         patch=opts.patch, learning_rate=opts.learning_rate, slice_share=opts.slice_share,
-                         seed=opts.seed, progress=bar)
+    params = train.train(feats, target, valid, width, opts.steps_for(f.original.nbytes), opts, progress=bar)
     del feats, target
     if not np.isfinite(params).all():
         return _declined(mode, psnr_plain)
@@ -220,7 +179,7 @@ def compress(array, *, abs_error=None, rel_error=None, enhance="2x", mask=None, 
     opts = options or EnhanceOptions()
     train._torch()  # (fail before compressing)
     f = _Field.compress("", array, abs_error, rel_error, mask, fill_value, metadata)
-    with _bar(opts, opts.steps) as bar:
+    with _bar(opts, opts.steps_for(f.original.nbytes)) as bar:
         e = _enhance(f, [], mode, opts, bar)
     return lossy_codec.with_enhancement(f.stream, e.to_bytes())
 
@@ -276,7 +235,7 @@ def compress_fields(fields: dict, *, abs_error=None, rel_error=None, enhance="2x
     if mode is None:
         return pack_fields(names, [encoded[n].stream for n in names])
     streams = []
-    with _bar(opts, opts.steps * len(names)) as bar:
+    with _bar(opts, sum(opts.steps_for(encoded[n].original.nbytes) for n in names)) as bar:
         for n in names:
             others = [encoded[o] for o in names if o != n] if cross_field else []
             e = _enhance(encoded[n], others, mode, opts, bar)

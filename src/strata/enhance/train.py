@@ -3,8 +3,8 @@
 At compression time, on the decoded data the decoder will see: random patches of the slices
 (inputs: :func:`strata.enhance.network.features`; targets: the compression error in units of
 the bound, so in [-1, 1]), mean squared error over the valid points of each patch's interior
-(the points whose receptive field lies inside the patch), Adam. The cost is ``steps x
-batch_points`` point visits, whatever the field's size. Only the weights leave this module;
+(the points whose receptive field lies inside the patch), Adam with a cosine-annealed step
+size. The cost is ``steps x batch_points`` point visits. Only the weights leave this module;
 inference runs in :mod:`strata.enhance.network`.
 """
 from __future__ import annotations
@@ -13,7 +13,6 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .._numba import thread_budget
 from ..errors import MissingDependencyError
 from . import network
 
@@ -29,10 +28,11 @@ def _torch():
 
 @contextmanager
 def _threads(torch):
-    """torch on the call's share of threads (:func:`strata._numba.thread_budget`): its pool
-    spins, and more threads than the share slow every concurrent call down."""
+    """torch on one thread: a step on one patch runs about as fast on two (measured: 1.9 vs
+    1.8 ms), and torch's spinning thread pool slows down badly when other work shares the
+    cores."""
     before = torch.get_num_threads()
-    torch.set_num_threads(max(1, min(before, thread_budget())))
+    torch.set_num_threads(1)
     try:
         yield
     finally:
@@ -58,16 +58,17 @@ def _model(torch, channels: int, width: int):
     return Net()
 
 
-def train(feats: np.ndarray, target: np.ndarray, valid: np.ndarray, *, width: int, steps: int, batch_points: int,
-          patch: int, learning_rate: float, slice_share: float, seed: int, progress=None) -> np.ndarray:
+def train(feats: np.ndarray, target: np.ndarray, valid: np.ndarray, width: int, steps: int, options,
+          progress=None) -> np.ndarray:
     """Train the network; returns its parameters, float32 flat (:func:`network.unpack` order).
 
     Args:
         feats: float32 ``(D, C, H, W)`` input channels.
         target: float32 ``(D, H, W)``, the error of the plain decode in units of the bound.
         valid: bool ``(D, H, W)``, the points the loss counts.
-        width, steps, batch_points, patch, learning_rate, slice_share, seed: see
-            :class:`strata.enhance.EnhanceOptions`.
+        width: hidden channels; steps: optimizer steps.
+        options: :class:`strata.enhance.EnhanceOptions` (batch points, patch, learning rate,
+            slice share, seed).
         progress: a tqdm-like bar (``update(n)``) or None.
 
     Raises:
@@ -75,20 +76,21 @@ def train(feats: np.ndarray, target: np.ndarray, valid: np.ndarray, *, width: in
     """
     torch = _torch()
     depth, channels, height, cols = feats.shape
-    rng = np.random.default_rng(seed)
-    n_slices = max(1, round(slice_share * depth))
+    rng = np.random.default_rng(options.seed)
+    n_slices = max(1, round(options.slice_share * depth))
     slices = np.sort(rng.choice(depth, n_slices, replace=False))
-    ph, pw = min(patch, height), min(patch, cols)
-    per_batch = max(1, batch_points // (ph * pw))
+    ph, pw = min(options.patch, height), min(options.patch, cols)
+    per_batch = max(1, options.batch_points // (ph * pw))
     trim_h = network.N_CONV if ph > 4 * network.N_CONV else 0
     trim_w = network.N_CONV if pw > 4 * network.N_CONV else 0
     f_t = torch.from_numpy(feats)
     t_t = torch.from_numpy(target)
     v_t = torch.from_numpy(valid.astype(np.float32))
     with _threads(torch), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(options.seed)
         net = _model(torch, channels, width)
-        opt = torch.optim.Adam(net.parameters(), lr=learning_rate)
+        opt = torch.optim.Adam(net.parameters(), lr=options.learning_rate)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
         for _ in range(steps):
             d = slices[rng.integers(0, n_slices, per_batch)]
             i = rng.integers(0, height - ph + 1, per_batch)
@@ -102,6 +104,7 @@ def train(feats: np.ndarray, target: np.ndarray, valid: np.ndarray, *, width: in
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sched.step()
             if progress is not None:
                 progress.update(1)
         with torch.no_grad():

@@ -20,11 +20,15 @@ tests/test_fuzz.py).
     .venv/bin/python benchmarks/fuzz.py [--cases 20000] [--seed 1] [--decoders all]
     .venv/bin/python benchmarks/fuzz.py --repro SEED:INDEX [--decoders ...] [--save case.bin]
 
-Decoders: ``full`` (open, whole read, metadata, CF metadata), ``level`` (a progressive read,
-full resolution or the level's grid), ``region`` (a region read), ``mask`` (the missing-value
-mask, whole or a region), ``netcdf`` (``strata.cf.to_netcdf``), ``checkpoint``
-(``strata.checkpoint.load`` or ``decompress_safetensors``); ``lossy`` is the first five, ``all``
-every one. ``--repro`` needs the same ``--decoders`` as the run that found the case.
+Decoders: ``full`` (open, whole read, metadata, CF metadata, the enhancement section),
+``level`` (a progressive read, full resolution or the level's grid), ``region`` (a region
+read), ``mask`` (the missing-value mask, whole or a region), ``netcdf``
+(``strata.cf.to_netcdf``), ``fields`` and ``fields-region`` (``strata.enhance.decompress_fields``
+of a field set, whole or a region), ``checkpoint`` (``strata.checkpoint.load`` or
+``decompress_safetensors``); ``lossy`` is the first five, ``fields`` the two field-set ones,
+``all`` every one. Lossy streams with an enhancement section (``strata.enhance``, 1x and 2x) and
+a field set are among the bases when torch is installed. ``--repro`` needs the same
+``--decoders`` as the run that found the case.
 """
 from __future__ import annotations
 
@@ -52,10 +56,12 @@ def decoder_list(spec: str) -> tuple[str, ...]:
     out: list[str] = []
     for name in spec.split(","):
         name = name.strip()
-        group = {"all": fz.ALL_DECODERS, "lossy": fz.LOSSY_DECODERS, "checkpoint": fz.CHECKPOINT_DECODERS}.get(name)
+        group = {"all": fz.ALL_DECODERS, "lossy": fz.LOSSY_DECODERS, "checkpoint": fz.CHECKPOINT_DECODERS,
+                 "fields": fz.FIELDS_DECODERS}.get(name)
         for d in group or (name,):
             if d not in fz.ALL_DECODERS:
-                raise SystemExit(f"unknown decoder {d!r}: choose from {', '.join(fz.ALL_DECODERS)}, lossy, all")
+                raise SystemExit(f"unknown decoder {d!r}: choose from {', '.join(fz.ALL_DECODERS)}, lossy, fields, "
+                                 "checkpoint, all")
             if d not in out:
                 out.append(d)
     return tuple(out)

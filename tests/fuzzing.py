@@ -15,8 +15,10 @@ limit), so a segfault or a hang is detected and attributed to its case, which is
 from ``(seed, index)`` alone: ``benchmarks/fuzz.py --repro SEED:INDEX``.
 
 Layout of this module: the field tree (:class:`F`, :class:`G`, :func:`serialize`); parsers of
-lossy streams and checkpoint files into trees; mutators; the base streams; decoders; the worker
-loop; the pool that runs workers and collects outcomes; the outcome table.
+lossy streams (with their enhancement section, ``strata.enhance``), field sets (kind 3: the
+header's names and lengths, each embedded lossy stream parsed whole) and checkpoint files into
+trees; mutators; the base streams; decoders; the worker loop; the pool that runs workers and
+collects outcomes; the outcome table.
 """
 from __future__ import annotations
 
@@ -47,8 +49,10 @@ RETRY_FACTOR = 20
 MEMORY_HEADROOM = 3 << 30
 #: Decoders (what a case runs on its mutated stream), by stream kind.
 LOSSY_DECODERS = ("full", "level", "region", "mask", "netcdf")
+#: Field sets (``strata.enhance.decompress_fields``): every field, or a region of every field.
+FIELDS_DECODERS = ("fields", "fields-region")
 CHECKPOINT_DECODERS = ("checkpoint",)
-ALL_DECODERS = LOSSY_DECODERS + CHECKPOINT_DECODERS
+ALL_DECODERS = LOSSY_DECODERS + FIELDS_DECODERS + CHECKPOINT_DECODERS
 
 
 def numba_cache_dir() -> Path:
@@ -71,7 +75,7 @@ def worker_env() -> dict:
 
 # ============================================================================ the field tree
 class F:
-    """A field: ``kind`` ``u8``, ``u32``, ``u64``, ``varint``, ``f64``, ``bytes`` or ``json``.
+    """A field: ``kind`` ``u8``, ``u32``, ``u64``, ``varint``, ``f32``, ``f64``, ``bytes`` or ``json``.
 
     ``auto`` (a callable) computes the value at serialization (a length, a count, a CRC) until a
     mutation sets the field; ``raw`` replaces the field's encoding (a malformed varint, the
@@ -138,6 +142,11 @@ def _encode(kind: str, v) -> bytes:
         return _varint(v)
     if kind == "f64":
         return struct.pack("<d", float(v))
+    if kind == "f32":
+        try:
+            return struct.pack("<f", float(v))
+        except OverflowError:  # beyond float32: an infinity of its sign
+            return struct.pack("<f", math.copysign(math.inf, float(v)))
     if kind == "bytes":
         return bytes(v)
     raise ValueError(kind)
@@ -217,6 +226,9 @@ class _Bytes:
     def f64(self):
         return struct.unpack("<d", self.take(8))[0]
 
+    def f32(self):
+        return struct.unpack("<f", self.take(4))[0]
+
     def varint(self):
         v = shift = 0
         while True:
@@ -284,7 +296,9 @@ _N_TABLES = (1, 3, 7, 27)
 
 
 def parse_lossy(blob: bytes) -> G:
-    """The field tree of a lossy stream (``docs/format.md`` sections 1-3)."""
+    """The field tree of a lossy stream (``docs/format.md`` sections 1-3 and 7): ``root.items``
+    are the preamble, header, header CRC, exact-value section, metadata section, level sections
+    and enhancement section (an empty group when the stream has none)."""
     pre, hbytes, off = _container(blob)
     r = _Bytes(hbytes)
     H = "header: "
@@ -307,6 +321,7 @@ def parse_lossy(blob: bytes) -> G:
     mask_lens = [(0, 0)] * n_levels
     metadata_len = 0
     vrange = None
+    enhance_len = 0
     if flags is not None:
         if flags & 1:
             missing_count, fill, origin = r.varint(), r.take(itemsize), r.f64()
@@ -315,6 +330,8 @@ def parse_lossy(blob: bytes) -> G:
             metadata_len = r.varint()
         if flags & 4:
             vrange = (r.f64(), r.f64())
+        if flags & 8:
+            enhance_len = r.varint()
     if r.pos != len(hbytes):
         raise ValueError("header has trailing bytes")
 
@@ -393,6 +410,7 @@ def parse_lossy(blob: bytes) -> G:
                                                         auto=lambda: crc(_at(c, i))))], "mask index")
             mindex.items = [mbody, F("u32", 0, "mask index: CRC", auto=lambda b=mbody: crc(b))]
         levels.append(G([head, mindex, mchunks, chunks], "level", seq=False))
+    enhancement = _enhancement_section(s.take(enhance_len)) if enhance_len else G(cat="enhancement section")
     if s.pos != len(blob):
         raise ValueError("trailing bytes after the sections")
     level_list = G(levels, "stream: level sections", seq=True)
@@ -419,10 +437,83 @@ def parse_lossy(blob: bytes) -> G:
             ext.append(F("varint", metadata_len, E + "metadata length", auto=lambda: len(ser(meta))))
         if flags & 4:
             ext += [F("f64", vrange[0], E + "valid range"), F("f64", vrange[1], E + "valid range")]
+        if flags & 8:
+            ext.append(F("varint", enhance_len, E + "enhancement length", auto=lambda: len(ser(enhancement))))
         hf.append(G(ext, E + "fields"))
     header = G(hf, "header")
-    root = G([pre, header, _finish_container(pre, header), exact, meta, level_list], "stream")
+    root = G([pre, header, _finish_container(pre, header), exact, meta, level_list, enhancement], "stream")
     return root
+
+
+_E = "enhance: "
+#: Tensors of the enhancement network (one scale each, ``strata.enhance.network.N_TENSORS``).
+_N_TENSORS = 8
+
+
+def _enhancement_section(b: bytes) -> G:
+    """The field tree of an enhancement section (``docs/format.md`` section 7): version, mode,
+    stored flag, the encoder's figures; if stored the width, the inputs (name, center, scales,
+    feature mask), the parameter count, the tensor scales and the coded 8-bit weights (a
+    byte-plane record); if 1x the fallback count and bitmap (a byte-plane record); the CRC."""
+    r = _Bytes(b[:-4])
+    version, mode, stored = r.u8(), r.u8(), r.u8()
+    items = [F("u8", version, _E + "version"), F("u8", mode, _E + "mode"), F("u8", stored, _E + "stored flag"),
+             F("f32", r.f32(), _E + "PSNR"), F("f32", r.f32(), _E + "PSNR"),
+             F("varint", r.varint(), _E + "plain-equivalent bytes")]
+    if stored:
+        width, n_inputs = r.u8(), r.u8()
+        inputs = G(cat=_E + "input list", seq=True)
+        for _ in range(n_inputs):
+            name = F("bytes", r.take(r.varint()), _E + "input name")
+            fields = [F("varint", 0, _E + "input name length", auto=lambda x=name: len(ser(x))), name,
+                      F("f32", r.f32(), _E + "input center"), F("f32", r.f32(), _E + "input value scale"),
+                      F("f32", r.f32(), _E + "input detail scale"), F("u8", r.u8(), _E + "input features")]
+            inputs.items.append(G(fields, _E + "input"))
+        n_params = r.varint()
+        scales = G([F("f32", r.f32(), _E + "tensor scales") for _ in range(_N_TENSORS)], _E + "tensor scales",
+                   seq=True)
+        weights = _plane_record(r.take(r.varint()), "enhance weights")
+        items += [F("u8", width, _E + "width"), F("u8", n_inputs, _E + "input count", auto=lambda: len(inputs.items)),
+                  inputs, F("varint", n_params, _E + "parameter count"), scales,
+                  F("varint", 0, _E + "weights length", auto=lambda: len(ser(_at(body, 12)))), weights]
+        if mode == 1:
+            count, bitmap = r.varint(), r.take(r.varint())
+            fb = _plane_record(bitmap, "enhance fallback") if bitmap else F("bytes", b"", _E + "fallback bitmap")
+            items += [F("varint", count, _E + "fallback count"),
+                      F("varint", 0, _E + "fallback length", auto=lambda: len(ser(_at(body, 15)))), fb]
+    if r.pos != len(r.buf):
+        raise ValueError("enhancement section has trailing bytes")
+    body = G(items, "enhancement section")
+    return G([body, F("u32", 0, _E + "CRC", auto=lambda: crc(body))], "enhancement section")
+
+
+def parse_fields(blob: bytes) -> G:
+    """The field tree of a field set (``docs/format.md`` section 8): ``root.items`` are the
+    preamble, the header (field count, per field its name and stream length), the header CRC,
+    and the list of embedded lossy streams, each parsed by :func:`parse_lossy`."""
+    pre, hbytes, off = _container(blob)
+    r = _Bytes(hbytes)
+    n = r.varint()
+    raw_entries = [(r.take(r.varint()), r.varint()) for _ in range(n)]
+    if r.pos != len(hbytes):
+        raise ValueError("field-set header has trailing bytes")
+    s = _Bytes(blob, off)
+    streams = G([parse_lossy(s.take(length)) for _, length in raw_entries], "fields: stream list", seq=True)
+    if s.pos != len(blob):
+        raise ValueError("trailing bytes after the field set")
+    entries = G(cat="fields: entry list", seq=True)
+    for i, (name, _) in enumerate(raw_entries):
+        f_name = F("bytes", name, "fields: name")
+        entries.items.append(G([F("varint", 0, "fields: name length", auto=lambda x=f_name: len(ser(x))), f_name,
+                                F("varint", 0, "fields: stream length",
+                                  auto=lambda i=i: len(ser(_at(streams, i))))], "fields: entry"))
+    header = G([F("varint", n, "fields: count", auto=lambda: len(entries.items)), entries], "header")
+    return G([pre, header, _finish_container(pre, header), streams], "field set")
+
+
+def parse(blob: bytes, kind: str) -> G:
+    """The field tree of a base stream of ``kind`` ``"lossy"``, ``"fields"`` or ``"checkpoint"``."""
+    return {"lossy": parse_lossy, "fields": parse_fields, "checkpoint": parse_checkpoint}[kind](blob)
 
 
 # ============================================================================ checkpoint files
@@ -430,29 +521,29 @@ _BYTECODER_RAW, _ORDER0, _PREV, _CONST, _SPLIT = 0, 1, 2, 3, 4
 
 
 def _plane_record(b: bytes, cat="plane") -> G:
-    """A byte-plane record (``strata.entropy.bytecoder``)."""
+    """A byte-plane record (``strata.entropy.bytecoder``), its categories prefixed by ``cat``."""
     model = b[0]
-    f_model = F("u8", model, "plane: model byte")
+    f_model = F("u8", model, f"{cat}: model byte")
     if model == _BYTECODER_RAW:
-        return G([f_model, F("bytes", b[1:], "plane: raw bytes")], "plane")
+        return G([f_model, F("bytes", b[1:], f"{cat}: raw bytes")], cat)
     if model == _CONST:  # (bytes: a mutation may change the record's length)
-        return G([f_model, F("bytes", b[1:], "plane: constant byte(s)")], "plane")
+        return G([f_model, F("bytes", b[1:], f"{cat}: constant byte(s)")], cat)
     if model in (_ORDER0, _PREV):
         r = _Bytes(b, 1)
         tlen = r.varint()
-        tables = _tables(r, r.pos + tlen, 1 if model == _ORDER0 else 16, "plane:")
-        return G([f_model, F("varint", tlen, "plane: table length", auto=lambda: len(ser(tables))), tables,
-                  F("bytes", r.rest(), "plane: rANS bytes")], "plane")
+        tables = _tables(r, r.pos + tlen, 1 if model == _ORDER0 else 16, f"{cat}:")
+        return G([f_model, F("varint", tlen, f"{cat}: table length", auto=lambda: len(ser(tables))), tables,
+                  F("bytes", r.rest(), f"{cat}: rANS bytes")], cat)
     if model == _SPLIT:
         r = _Bytes(b, 1)
         n_parts = r.u8()
         lens = [r.varint() for _ in range(n_parts - 1)]
         parts_b = [r.take(ln) for ln in lens] + [r.rest()]
-        parts = G([_plane_record(p) for p in parts_b], "plane: split parts", seq=True)
-        f_lens = [F("varint", lens[j], "plane: split part lengths", auto=lambda j=j: len(ser(_at(parts, j))))
+        parts = G([_plane_record(p, cat) for p in parts_b], f"{cat}: split parts", seq=True)
+        f_lens = [F("varint", lens[j], f"{cat}: split part lengths", auto=lambda j=j: len(ser(_at(parts, j))))
                   for j in range(n_parts - 1)]
-        return G([f_model, F("u8", n_parts, "plane: split part count"), G(f_lens, "plane: split part lengths"),
-                  parts], "plane")
+        return G([f_model, F("u8", n_parts, f"{cat}: split part count"), G(f_lens, f"{cat}: split part lengths"),
+                  parts], cat)
     raise ValueError(f"plane model {model}")
 
 
@@ -791,6 +882,16 @@ def mutate_field(rng: random.Random, leaf: F) -> None:
             leaf.raw = raw
         else:
             leaf.value = v
+    elif leaf.kind == "f32":
+        if rng.random() < 0.2:  # raw bits: infinities, NaN payloads, subnormals, a random pattern
+            leaf.raw = rng.choice([struct.pack("<I", b) for b in (0x7F800000, 0xFF800000, 0x7FC00001, 0xFFFFFFFF,
+                                                                     0x00000001, 0x007FFFFF, 0x7F7FFFFF, 0x80000000)]
+                                  + [rng.randbytes(4)])
+        else:
+            leaf.value = _float_value(rng, cur)[0] if rng.random() < 0.7 else rng.choice(
+                [65504.0, 3.4e38, -3.4e38, 1.2e-38, 1e-45, 127.0, 1 / 127])
+            if leaf.value is None:
+                leaf.value = math.nan
     elif leaf.kind == "bytes":
         leaf.value = _bytes_value(rng, cur)
 
@@ -854,18 +955,21 @@ def mutate_tree(rng: random.Random, root: G) -> str:
     return cat
 
 
+_SEMANTIC = {}  # kind -> semantic mutator (filled in below)
+
+
 def mutate(rng: random.Random, blob: bytes, kind: str) -> tuple[bytes, str]:
-    """A mutated copy of a valid stream (``kind`` ``"lossy"`` or ``"checkpoint"``) and the
-    category of the change (``"combined"`` when several fields change)."""
+    """A mutated copy of a valid stream (``kind`` ``"lossy"``, ``"fields"`` or ``"checkpoint"``)
+    and the category of the change (``"combined"`` when several fields change)."""
     roll = rng.random()
     if roll < 0.03:
         return blob[:rng.randrange(len(blob))], "stream: truncated"
     if roll < 0.05:
         return blob + rng.choice([b"\x00", rng.randbytes(rng.randrange(1, 64))]), "stream: trailing bytes"
     for _ in range(8):  # (a mutation may leave the bytes as they were: another one then)
-        root = parse_lossy(blob) if kind == "lossy" else parse_checkpoint(blob)
+        root = parse(blob, kind)
         if rng.random() < 0.12:
-            cat = (semantic_lossy if kind == "lossy" else semantic_checkpoint)(rng, root)
+            cat = _SEMANTIC[kind](rng, root)
         else:
             n = 1 if rng.random() < 0.85 else rng.choice([2, 3])
             cats = [mutate_tree(rng, root) for _ in range(n)]
@@ -905,6 +1009,8 @@ def semantic_lossy(rng: random.Random, root: G) -> str:
     """A change of several fields that keeps the stream consistent enough to reach the next
     check: a shape (or pass order, flat axes) with the number of levels it implies; a huge
     shape so; the missing-value fields added to a stream without them or taken away."""
+    if len(root.items) > 6 and root.items[6].items and rng.random() < 0.5:
+        return semantic_enhancement(rng, root)
     shape_g = _find(root, "header: shape", G)[0]
     levels = root.items[5].items
     roll = rng.random()
@@ -973,6 +1079,167 @@ def semantic_lossy(rng: random.Random, root: G) -> str:
     return "semantic: missing-value fields added"
 
 
+def _weights_record(q) -> G:
+    """The byte-plane record of 8-bit weights ``q`` (int8 array), as a tree."""
+    import numpy as np
+
+    from strata.entropy import bytecoder
+
+    return _plane_record(bytecoder.encode(np.asarray(q, np.int8).view(np.uint8)), "enhance weights")
+
+
+def _fit_weights(rng: random.Random, body: G, q=None) -> None:
+    """Set the parameter count and weights to what the (mutated) width and inputs imply."""
+    import numpy as np
+
+    from strata.enhance.network import weight_count
+
+    width = body.items[6].value
+    inputs = body.items[8].items
+    channels = sum(bin(int(_find(g, _E + "input features")[0].value) & 0xFF).count("1") for g in inputs)
+    n = weight_count(channels, width)
+    if n > 1 << 22:  # (kept small: an absurd count is refused by its limit anyway)
+        n = 1 << 22
+    if q is None:
+        q = np.random.default_rng(rng.randrange(1 << 30)).integers(-127, 128, n).astype(np.int8) \
+            if rng.random() < 0.7 else np.zeros(n, np.int8)
+    body.items[9].value = int(np.asarray(q).size)
+    body.items[9].auto = body.items[9].raw = None
+    body.items[12] = _weights_record(q)
+    body.items[11].auto, body.items[11].raw = (lambda b=body: len(ser(_at(b, 12)))), None
+
+
+def _stream_size(root: G) -> int:
+    return math.prod(f.value for f in _find(root, "header: shape"))
+
+
+def _fallback_nodes(rng: random.Random, size: int, body: G) -> list:
+    """Fallback count, length and bitmap record of a random 1x fallback mask of ``size`` bits
+    (count matching the bits, or off by one)."""
+    import numpy as np
+
+    from strata.entropy import bytecoder
+
+    density = rng.choice([0.0, 1e-3, 0.1, 0.5, 1.0])
+    n_bytes = -(-size // 8) + rng.choice([0, 0, 0, 1, -1])
+    bits = np.random.default_rng(rng.randrange(1 << 30)).random(max(0, n_bytes) * 8) < density
+    if rng.random() < 0.7:
+        bits[size:] = False  # (padding bits clear)
+    count = int(bits.sum()) + rng.choice([0, 0, 0, 1, -1])
+    packed = np.packbits(bits, bitorder="little")
+    record = _plane_record(bytecoder.encode(packed), "enhance fallback") if packed.size and bits.any() else \
+        F("bytes", b"", _E + "fallback bitmap")
+    return [F("varint", max(0, count), _E + "fallback count"),
+            F("varint", 0, _E + "fallback length", auto=lambda: len(ser(_at(body, 15)))), record]
+
+
+def semantic_enhancement(rng: random.Random, root: G) -> str:
+    """A change of several fields of a stored enhancement section that keeps it consistent enough
+    to reach the next check: a width, input features or inputs with the parameter count and
+    weights they imply; extreme weights; the mode switched with the fallback fields added or
+    removed; a random fallback bitmap with its count; the network declined."""
+    import numpy as np
+
+    body = root.items[6].items[0]
+    items = body.items
+    stored = len(items) > 6
+    roll = rng.random()
+    if not stored or roll < 0.05:  # a declined section claiming a network, or the network dropped
+        if stored:
+            items[2].value = 0
+            del items[6:]
+            return "semantic: enhancement declined, network dropped"
+        items[2].value = 1
+        return "semantic: enhancement stored flag without a network"
+    mode = items[1].value
+    if roll < 0.2:
+        items[6].value = rng.choice([1, 2, 3, 4, 5, 8, 16, 32, 63, 64, 0, 65, 255])
+        _fit_weights(rng, body)
+        return "semantic: enhancement width, weights to match"
+    if roll < 0.35:
+        g = rng.choice(items[8].items)
+        _find(g, _E + "input features")[0].value = rng.choice([1, 2, 3, 4, 7, 8, 15, 0, 16, 255])
+        _fit_weights(rng, body)
+        return "semantic: enhancement input features, weights to match"
+    if roll < 0.5:
+        inputs = items[8].items
+        if inputs and rng.random() < 0.3:
+            inputs.pop(rng.randrange(len(inputs)))
+        else:
+            name = rng.choice([b"", b"u", b"v", b"w", b"pressure", b"missing", b"\xff\xfe", b"x" * 255])
+            f_name = F("bytes", name, _E + "input name")
+            inputs.insert(rng.randrange(len(inputs) + 1), G([
+                F("varint", 0, _E + "input name length", auto=lambda x=f_name: len(ser(x))), f_name,
+                F("f32", rng.choice([0.0, 1.0, -1e30]), _E + "input center"),
+                F("f32", rng.choice([1.0, 0.5, 1e30]), _E + "input value scale"),
+                F("f32", rng.choice([1.0, 100.0, -1e30]), _E + "input detail scale"),
+                F("u8", rng.choice([1, 3, 15]), _E + "input features")], _E + "input"))
+        _fit_weights(rng, body)
+        return "semantic: enhancement inputs added or removed, weights to match"
+    if roll < 0.65:
+        scale = rng.choice([3.4e38, 1e30, 1.0, 1e-30, 1e-45, 0.0])
+        for f in items[10].items:
+            f.value, f.raw, f.auto = scale if rng.random() < 0.8 else rng.choice([0.0, 1.0, 3.4e38]), None, None
+        n = items[9].value
+        q = np.full(n, rng.choice([127, -127, 1]), np.int8) if rng.random() < 0.5 else \
+            np.random.default_rng(rng.randrange(1 << 30)).integers(-127, 128, n).astype(np.int8)
+        _fit_weights(rng, body, q)
+        return "semantic: enhancement weights extreme"
+    if roll < 0.75:
+        for g in items[8].items:
+            for cat in ("input center", "input value scale", "input detail scale"):
+                if rng.random() < 0.5:
+                    f = _find(g, _E + cat)[0]
+                    f.value, f.raw = rng.choice([3.4e38, -3.4e38, 1e-38, 1e-45, 0.0, 1e20, -1e20]), None
+        return "semantic: enhancement input scales extreme"
+    size = _stream_size(root)
+    if mode == 2 and roll < 0.88:  # 2x -> 1x, fallback fields added
+        items[1].value = 1
+        items[13:] = _fallback_nodes(rng, size, body)
+        return "semantic: enhancement mode 2x to 1x, fallback added"
+    if mode == 1 and roll < 0.85:  # 1x -> 2x, fallback fields dropped
+        items[1].value = 2
+        del items[13:]
+        return "semantic: enhancement mode 1x to 2x, fallback dropped"
+    if mode == 1:
+        items[13:] = _fallback_nodes(rng, size, body)
+        return "semantic: enhancement fallback bitmap and count"
+    return "semantic: none"
+
+
+def semantic_fields(rng: random.Random, root: G) -> str:
+    """A change of a field set that keeps it parseable: the streams swapped under their names, a
+    field renamed (to a name other fields' networks read, or not), a field dropped with its
+    entry, a stream of the set mutated semantically."""
+    entries, streams = root.items[1].items[1].items, root.items[3].items
+    roll = rng.random()
+    if roll < 0.4 and streams:
+        i = rng.randrange(len(streams))
+        return semantic_lossy(rng, streams[i])
+    if roll < 0.55 and len(streams) > 1:
+        i, j = rng.sample(range(len(streams)), 2)
+        streams[i], streams[j] = streams[j], streams[i]
+        return "semantic: field-set streams swapped"
+    if roll < 0.75 and entries:
+        names = [e.items[1].value for e in entries]
+        f = rng.choice(entries).items[1]
+        f.value = rng.choice(names + [b"renamed", b"", b"\xff", b"x" * 256])
+        return "semantic: field renamed"
+    if roll < 0.9 and len(entries) > 1:
+        i = rng.randrange(len(entries))
+        del entries[i], streams[i]
+        return "semantic: field and its stream dropped"
+    if streams:  # a stream repeated under a new name
+        i = rng.randrange(len(streams))
+        k = len(streams)
+        entries.append(G([F("varint", 1, "fields: name length"), F("bytes", b"z", "fields: name"),
+                          F("varint", 0, "fields: stream length", auto=lambda: len(ser(_at(root.items[3], k))))],
+                         "fields: entry"))
+        streams.append(streams[i])
+        return "semantic: field repeated under another name"
+    return "semantic: none"
+
+
 def _header_doc(root: G) -> F:
     return root.items[1].items[0]
 
@@ -1008,11 +1275,14 @@ def semantic_checkpoint(rng: random.Random, root: G) -> str:
     return cat
 
 
+_SEMANTIC.update(lossy=semantic_lossy, fields=semantic_fields, checkpoint=semantic_checkpoint)
+
+
 # ============================================================================ base streams
 @dataclass
 class Base:
     name: str
-    kind: str  # "lossy" or "checkpoint"
+    kind: str  # "lossy", "fields" or "checkpoint"
     file: str
     decoders: tuple[str, ...]
     extra: dict = field(default_factory=dict)
@@ -1130,6 +1400,7 @@ def _build_bases(folder: Path, part: int | None, parts: int) -> list[Base]:
     lossy("f32_3d_all_missing", a, abs_error=0.1)
     lossy("f64_scalar", np.array(2.5), abs_error=0.1)
     lossy("f32_empty", np.zeros((0, 4), np.float32), abs_error=0.1, metadata={"empty": True})
+    out += _enhanced_bases(folder, mine)
 
     if mine(1):
         _build_checkpoints(folder, rng)
@@ -1140,6 +1411,78 @@ def _build_bases(folder: Path, part: int | None, parts: int) -> list[Base]:
             Base("ckpt_safetensors", "checkpoint", "ckpt_st.strata", CHECKPOINT_DECODERS, {"api": "safetensors"})]
     if part is None or parts == 1:
         (folder / "bases.json").write_text(json.dumps([b.__dict__ for b in out]))
+    return out
+
+
+def _waves(shape, seed, dtype):
+    """A smooth field (a sum of products of sines) for the enhancement network to learn."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij")
+    a = np.zeros(shape)
+    for _ in range(4):
+        phase, freq = rng.uniform(0, 6, len(shape)), rng.uniform(0.05, 0.6, len(shape))
+        a += np.prod([np.sin(freq[d] * grids[d] + phase[d]) for d in range(len(shape))], axis=0)
+    return (a + 0.02 * rng.standard_normal(shape)).astype(dtype)
+
+
+def _enhanced_bases(folder: Path, mine) -> list[Base]:
+    """Streams with an enhancement section (``strata.enhance``, needs torch to write): 2x with
+    missing values and infinities, 1x with fallback points, and a field set of three fields with
+    cross-field networks (1x). The networks are stored whatever they gain (the encoder's
+    decision is not what is fuzzed), trained on one thread (fast, and the same bytes on every
+    run on one machine). None without torch. All are written by the part that writes the
+    checkpoints (which imports torch anyway)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return []
+    import numpy as np
+
+    def write(name, make):
+        import numba
+
+        from strata.enhance import codec as enhance_codec
+
+        saved, before = enhance_codec._plain_bytes_at, numba.get_num_threads()
+        enhance_codec._plain_bytes_at = lambda *args, **kwargs: 1 << 40
+        numba.set_num_threads(1)
+        try:
+            (folder / f"{name}.strata").write_bytes(make())
+        finally:
+            enhance_codec._plain_bytes_at = saved
+            numba.set_num_threads(before)
+
+    def opts():
+        from strata.enhance import EnhanceOptions
+
+        return EnhanceOptions(steps=20, batch_points=2000, progress=False, seed=3)
+
+    import strata
+    from strata.enhance import compress_fields
+
+    out = []
+    a = _waves((10, 24, 32), 1, np.float32)
+    a[2:4, 5:12, 6:15] = np.nan
+    a[7, 3, 3], a[8, 20, 30] = np.inf, -np.inf
+    if mine(1):
+        write("f32_3d_enh2x", lambda: strata.compress(a, rel_error=1e-2, enhance="2x", enhance_options=opts()))
+    out.append(Base("f32_3d_enh2x", "lossy", "f32_3d_enh2x.strata", tuple(d for d in LOSSY_DECODERS
+                                                                           if d != "netcdf")))
+    b = _waves((3, 4, 18, 22), 2, np.float64)
+    if mine(1):
+        write("f64_4d_enh1x", lambda: strata.compress(b, abs_error=2e-2, enhance="1x", enhance_options=opts()))
+    out.append(Base("f64_4d_enh1x", "lossy", "f64_4d_enh1x.strata", tuple(d for d in LOSSY_DECODERS
+                                                                           if d != "netcdf")))
+    u = _waves((6, 20, 24), 3, np.float32)
+    fields = {"u": u, "v": (0.5 * u + _waves((6, 20, 24), 4, np.float32)).astype(np.float32),
+              "w": _waves((6, 20, 24), 5, np.float32)}
+    fields["w"][:, :4, :4] = np.nan
+    if mine(1):
+        write("fields_cross_1x", lambda: compress_fields(fields, rel_error={"u": 1e-2, "v": 2e-2, "w": 5e-3},
+                                                         enhance="1x", options=opts()))
+    out.append(Base("fields_cross_1x", "fields", "fields_cross_1x.strata", FIELDS_DECODERS))
     return out
 
 
@@ -1287,7 +1630,8 @@ def _read_lossy(case: Case, source, rng: random.Random, workdir: Path) -> None:
     with strata.open(source) as r:
         if case.decoder == "full":
             _ = r.levels, r.settings_text(), r.fill_value, r.valid_range, r.mask_bytes
-            r.read(masked=True)
+            _enhancement_info(r)
+            r.read(masked=True, enhance=rng.random() < 0.85)
             cf.parse_metadata(r.metadata)
         elif case.decoder == "level":
             n = len(r.levels)
@@ -1306,11 +1650,52 @@ def _read_lossy(case: Case, source, rng: random.Random, workdir: Path) -> None:
             raise ValueError(case.decoder)
 
 
+def _enhancement_info(r) -> None:
+    """What ``strata info`` shows of an enhancement section (parsed and validated)."""
+    e = r.enhancement
+    _ = r.guaranteed_error
+    if e is not None:
+        from strata import cli
+
+        text = getattr(cli, "_enhancement_text", None)
+        if text is not None:
+            text(e)
+
+
+def _read_fields(case: Case, source, rng: random.Random) -> None:
+    from strata.enhance import decompress_fields
+    from strata.enhance.fields import open_fields
+
+    if case.decoder == "fields":
+        decompress_fields(source, enhance=rng.random() < 0.85)
+        readers = open_fields(source)
+        for r in readers.values():
+            _enhancement_info(r)
+            r.close()
+    elif case.decoder == "fields-region":
+        readers = open_fields(source)
+        shape = next(iter(readers.values())).shape if readers else ()
+        for r in readers.values():
+            r.close()
+        decompress_fields(source, region=_random_region(rng, shape), enhance=rng.random() < 0.9)
+    else:
+        raise ValueError(case.decoder)
+
+
 def run_decoder(case: Case, base: Base, workdir: Path) -> None:
     """Decode ``case.data`` with ``case.decoder`` (raises whatever the decoder raises)."""
     rng = random.Random(f"decoder:{case.index}")
     if case.decoder in SELF_TESTS:
         return _misbehave(case.decoder)
+    if base.kind == "fields":
+        if rng.random() < 0.2:  # from a file
+            path = workdir / "case.strata"
+            path.write_bytes(case.data)
+            try:
+                return _read_fields(case, path, rng)
+            finally:
+                os.unlink(path)
+        return _read_fields(case, case.data, rng)
     if base.kind == "lossy":
         source = case.data
         roll = rng.random()
@@ -1385,6 +1770,9 @@ def worker_main(folder: str, seed: int, decoders: str, headroom: int) -> None:
     import strata  # noqa: F401
     import strata.cf  # noqa: F401
     import strata.checkpoint  # noqa: F401
+    import strata.cli  # noqa: F401
+    import strata.enhance  # noqa: F401
+    import strata.enhance.fields  # noqa: F401
 
     bases = load_bases(folder)
     blobs = {b.name: (Path(folder) / b.file).read_bytes() for b in bases}

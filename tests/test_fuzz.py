@@ -53,16 +53,47 @@ def test_fields_serialize_back_to_the_stream(bases):
     """The field trees are faithful: parsed and serialized again, every base stream is the same."""
     for b in fz.load_bases(bases):
         blob = (bases / b.file).read_bytes()
-        root = fz.parse_lossy(blob) if b.kind == "lossy" else fz.parse_checkpoint(blob)
+        root = fz.parse(blob, b.kind)
         assert fz.serialize(root) == blob, b.name
+
+
+def test_enhancement_sections_and_field_sets_are_parsed_field_by_field(bases):
+    """Every field of an enhancement section (2x, 1x with fallback points) and of a field set's
+    header is a node of the tree, so mutations reach each one (with the CRCs recomputed)."""
+    pytest.importorskip("torch")  # (the enhanced bases need it to be written)
+    by_name = {b.name: b for b in fz.load_bases(bases)}
+    section = {"version", "mode", "stored flag", "PSNR", "plain-equivalent bytes", "width", "input count",
+               "input name length", "input name", "input center", "input value scale", "input detail scale",
+               "input features", "parameter count", "tensor scales", "weights length", "CRC"}
+    one_x = {"fallback count", "fallback length"}
+    for name, extra in (("f32_3d_enh2x", set()), ("f64_4d_enh1x", one_x)):
+        root = fz.parse_lossy((bases / by_name[name].file).read_bytes())
+        cats = {n.cat for n, _, _ in fz.walk(root.items[6])}
+        assert {fz._E + c for c in section | extra} <= cats, name
+        assert "enhance weights: model byte" in cats and "extension: enhancement length" in {
+            n.cat for n, _, _ in fz.walk(root.items[1])}
+        if extra:
+            assert "enhance fallback: model byte" in cats, name
+        else:
+            assert not any(c.startswith((fz._E + "fallback", "enhance fallback")) for c in cats), name
+    root = fz.parse_fields((bases / by_name["fields_cross_1x"].file).read_bytes())
+    cats = {n.cat for n, _, _ in fz.walk(root)}
+    assert {"fields: count", "fields: name length", "fields: name", "fields: stream length", "fields: entry list",
+            "fields: stream list"} <= cats
+    assert len(root.items[3].items) == 3 and all(len(s.items) == 7 for s in root.items[3].items)
+    inputs = [[bytes(n.value) for n, _, _ in fz.walk(s.items[6]) if isinstance(n, fz.F)
+               and n.cat == fz._E + "input name"] for s in root.items[3].items]
+    assert [b"", b"v", b"w"] in inputs  # a cross-field network naming the other fields
 
 
 def test_mutations_keep_checksums_valid(bases):
     """A mutated stream is not refused for a checksum alone: its header CRC (and, for a lossy
-    stream, its section CRCs) still match whenever the container preamble is intact."""
+    stream, its section CRCs, the enhancement section's too; for a field set, every embedded
+    stream's) still match whenever the container preamble is intact."""
     import random
 
     from strata.container import Source, unpack_header
+    from strata.enhance import decompress_fields
     from strata.lossy.reader import LossyReader
 
     blobs = _blobs(bases)
@@ -73,11 +104,18 @@ def test_mutations_keep_checksums_valid(bases):
         data, cat = fz.mutate(rng, blobs[b.name], b.kind)
         if cat.startswith(("container", "stream", "combined")) or "JSON text" in cat:
             continue
-        kind = 1 if b.kind == "lossy" else 2
+        kind = {"lossy": 1, "checkpoint": 2, "fields": 3}[b.kind]
         unpack_header(Source(data), kind)  # a CRC mismatch would raise
-        if b.kind == "lossy" and cat.startswith(("chunk:", "mask chunk:", "level head: table", "exact:")):
+        if b.kind == "lossy" and cat.startswith(("chunk:", "mask chunk:", "level head: table", "exact:", "enhance")):
             try:
-                LossyReader(data).read()
+                with LossyReader(data) as r:
+                    _ = r.enhancement
+                    r.read()
+            except StrataError as exc:
+                assert "checksum" not in str(exc), (i, cat, exc)
+        if b.kind == "fields":  # (the CRCs of the embedded streams too)
+            try:
+                decompress_fields(data)
             except StrataError as exc:
                 assert "checksum" not in str(exc), (i, cat, exc)
         checked += 1

@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 
 import strata
+import strata.errors
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-NAMES = sorted(p.name[:-len(".strata")] for p in GOLDEN.glob("*.strata"))
+ALL_NAMES = sorted(p.name[:-len(".strata")] for p in GOLDEN.glob("*.strata"))
+#: Field sets (strata.enhance.compress_fields) hold several lossy streams: decoded on their own.
+FIELD_SETS = [n for n in ALL_NAMES if "fields" in json.loads((GOLDEN / f"{n}.json").read_text())]
+NAMES = [n for n in ALL_NAMES if n not in FIELD_SETS]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -28,16 +32,68 @@ def test_golden_stream_decodes(name):
         bits = f"u{a.dtype.itemsize}"
         assert np.array_equal(y[missing].view(bits), a[missing].view(bits))
         valid = ~missing & np.isfinite(a)
-        assert np.abs(y[valid].astype(np.float64) - a[valid].astype(np.float64)).max() <= r.error_bound
+        # (twice the bound for a 2x enhancement; the bound itself otherwise)
+        assert r.guaranteed_error == r.error_bound * (2 if info.get("enhancement", {}).get("mode") == "2x" else 1)
+        assert np.abs(y[valid].astype(np.float64) - a[valid].astype(np.float64)).max() <= r.guaranteed_error
         assert np.array_equal(y[np.isinf(a)], a[np.isinf(a)])
         assert r.missing_count == int(missing.sum())
         assert r.metadata == kw.get("metadata")
         if r.missing_count:
             assert np.array_equal(r.read_mask(), missing)
+        if "enhancement" in info:  # the network stored, the plain decode as it was
+            e = r.enhancement
+            assert {"mode": e.mode_name, "stored": e.stored, "width": e.width, "inputs": [f.name for f in e.inputs],
+                    "fallback_count": e.fallback_count} == info["enhancement"]
+            plain = r.read(enhance=False)
+            assert hashlib.sha256(plain.tobytes()).hexdigest() == info["plain_sha256"]
+            assert np.abs(plain[valid].astype(np.float64) - a[valid]).max() <= r.error_bound
+            assert not np.array_equal(plain, y)
+            region = (slice(1, 3), slice(2, 11), slice(-9, None))
+            assert np.array_equal(r.read(region=region).view(bits), y[region].view(bits))
+        else:
+            assert r.enhancement is None
 
 
 def test_golden_streams_present():
-    assert {"lossy_masked_f32", "lossy_plain_f64"} <= set(NAMES)
+    assert {"lossy_masked_f32", "lossy_plain_f64", "lossy_enh2x_f32", "lossy_enh1x_f64"} <= set(NAMES)
+    assert {"fields_cross_2x"} <= set(FIELD_SETS)
+
+
+@pytest.mark.parametrize("name", FIELD_SETS)
+def test_golden_field_set_decodes(name):
+    """A field set with cross-field networks (make_golden.py): every field decodes bit for bit,
+    enhanced and plain, within its bound; a region of every field too."""
+    from strata.enhance import decompress_fields
+    from strata.enhance.fields import open_fields
+
+    info = json.loads((GOLDEN / f"{name}.json").read_text())
+    src = np.load(GOLDEN / f"{name}.source.npy", allow_pickle=False)
+    path = GOLDEN / f"{name}.strata"
+    out, plain = decompress_fields(path), decompress_fields(path, enhance=False)
+    assert list(out) == list(plain) == info["fields"]
+    readers = open_fields(path)
+    try:
+        for k, n in enumerate(info["fields"]):
+            a, r = src[k], readers[n]
+            assert hashlib.sha256(out[n].tobytes()).hexdigest() == info["decoded_sha256"][n]
+            assert hashlib.sha256(plain[n].tobytes()).hexdigest() == info["plain_sha256"][n]
+            assert r.error_bound == info["error_bound"][n]
+            e = r.enhancement
+            assert {"mode": e.mode_name, "stored": e.stored, "width": e.width, "inputs": [f.name for f in e.inputs],
+                    "fallback_count": e.fallback_count} == info["enhancement"][n]
+            eb = r.guaranteed_error
+            assert eb == r.error_bound * (2 if e.mode_name == "2x" else 1)
+            assert np.abs(out[n].astype(np.float64) - a).max() <= eb
+            assert np.abs(plain[n].astype(np.float64) - a).max() <= r.error_bound
+    finally:
+        for r in readers.values():
+            r.close()
+    region = (slice(1, 3), slice(4, 15), 7)
+    part = decompress_fields(path, region=region)
+    for n in info["fields"]:
+        assert np.array_equal(part[n].view("u4"), out[n][region].view("u4"))
+    with pytest.raises(strata.errors.FormatError, match="decompress_fields"):
+        strata.decompress(path)
 
 
 def test_golden_zarr_store_decodes():

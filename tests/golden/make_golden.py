@@ -1,14 +1,21 @@
 """Write the golden streams of the test suite (run once per format change, from the repository root):
 
-    .venv/bin/python tests/golden/make_golden.py
+    .venv/bin/python tests/golden/make_golden.py [NAME ...]
 
 Each stream is kept with its source array and the SHA-256 of its decoded bytes; tests/test_golden.py
 checks that this version still decodes every one of them, bit for bit, within the bound recorded.
+Give names to write only those streams (the others stay as written by earlier versions).
+
+Enhanced streams (``strata.enhance``: a 2x stream, a 1x stream with fallback points, a field set
+with cross-field networks) store their network whatever it gains (the decoder is what they
+test; the training itself is not reproducible across machines, the decoding is), and record
+the plain decode's hash too. A field set's source is its fields stacked along a new first axis.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +23,17 @@ import numpy as np
 import strata
 
 HERE = Path(__file__).resolve().parent
+
+
+def waves(shape, seed, dtype):
+    """A smooth field: a sum of four products of sines of random frequencies and phases."""
+    rng = np.random.default_rng(seed)
+    grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij")
+    a = np.zeros(shape)
+    for _ in range(4):
+        phase, freq = rng.uniform(0, 6, len(shape)), rng.uniform(0.05, 0.6, len(shape))
+        a += np.prod([np.sin(freq[d] * grids[d] + phase[d]) for d in range(len(shape))], axis=0)
+    return a.astype(dtype)
 
 
 def sources() -> dict:
@@ -30,23 +48,97 @@ def sources() -> dict:
     masked[2, 19, 23] = np.inf
     meta = {"name": "tos", "dims": ["time", "lat", "lon"], "attrs": {"units": "K"}}
     plain = np.cumsum(np.sin(np.arange(3000) / 37.0)).astype(np.float64).reshape(30, 100)
+    enh2 = waves((6, 24, 32), 11, np.float32)
+    enh2[1:3, 4:10, 5:13] = np.nan                                 # missing values and infinities
+    enh2[4, 0, 0], enh2[5, 23, 31] = np.inf, -np.inf
+    opts = {"steps": 30, "batch_points": 2000, "seed": 0, "progress": False}
     return {
         "lossy_masked_f32": (masked, dict(rel_error=1e-3, fill_value=1e20, metadata=meta)),
         "lossy_plain_f64": (plain, dict(abs_error=1e-4)),
+        "lossy_enh2x_f32": (enh2, dict(rel_error=1e-2, enhance="2x", enhance_options=opts)),
+        "lossy_enh1x_f64": (waves((4, 20, 24), 12, np.float64), dict(abs_error=2e-2, enhance="1x",
+                                                                    enhance_options=opts)),
     }
 
 
-def main() -> None:
+def field_sets() -> dict:
+    """``{name: ({field: array}, compress_fields kwargs)}``."""
+    u = waves((4, 20, 24), 13, np.float32)
+    v = (0.5 * u + 0.5 * waves((4, 20, 24), 14, np.float32)).astype(np.float32)
+    opts = {"steps": 30, "batch_points": 2000, "seed": 0, "progress": False}
+    return {"fields_cross_2x": ({"u": u, "v": v}, dict(rel_error={"u": 2e-3, "v": 4e-3}, enhance="2x",
+                                                        cross_field=True, options=opts))}
+
+
+def _sha(a) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def _enhancement(r) -> dict:
+    e = r.enhancement
+    return {"mode": e.mode_name, "stored": e.stored, "width": e.width, "inputs": [f.name for f in e.inputs],
+            "fallback_count": e.fallback_count}
+
+
+def _always_stored():
+    """Store the network whether or not it pays (restored by the caller)."""
+    from strata.enhance import codec
+
+    saved = codec._plain_bytes_at
+    codec._plain_bytes_at = lambda *args, **kwargs: 1 << 40
+    return lambda: setattr(codec, "_plain_bytes_at", saved)
+
+
+def main(names=None) -> None:
+    from strata.enhance import EnhanceOptions, compress_fields, decompress_fields
+    from strata.enhance.fields import open_fields
+
     for name, (a, kwargs) in sources().items():
-        blob = strata.compress(a, **kwargs)
+        if names and name not in names:
+            continue
+        kw = dict(kwargs)
+        if "enhance_options" in kw:
+            kw["enhance_options"] = EnhanceOptions(**kw["enhance_options"])
+        restore = _always_stored() if "enhance" in kw else (lambda: None)
+        try:
+            blob = strata.compress(a, **kw)
+        finally:
+            restore()
         y = strata.decompress(blob)
         np.save(HERE / f"{name}.source.npy", a, allow_pickle=False)
         (HERE / f"{name}.strata").write_bytes(blob)
-        info = {"decoded_sha256": hashlib.sha256(y.tobytes()).hexdigest(), "kwargs": kwargs,
-                "format_version": blob[4]}
+        info = {"decoded_sha256": _sha(y), "kwargs": kwargs, "format_version": blob[4]}
+        if "enhance" in kw:
+            with strata.open(blob) as r:
+                info["plain_sha256"] = _sha(r.read(enhance=False))
+                info["enhancement"] = _enhancement(r)
+            assert info["enhancement"]["stored"], name
+            assert info["enhancement"]["mode"] == "2x" or info["enhancement"]["fallback_count"] > 0, name
+        (HERE / f"{name}.json").write_text(json.dumps(info, indent=1) + "\n")
+        print(name, len(blob), "bytes")
+    for name, (fields, kwargs) in field_sets().items():
+        if names and name not in names:
+            continue
+        restore = _always_stored()
+        try:
+            blob = compress_fields(fields, **{**kwargs, "options": EnhanceOptions(**kwargs["options"])})
+        finally:
+            restore()
+        out, plain = decompress_fields(blob), decompress_fields(blob, enhance=False)
+        readers = open_fields(blob)
+        info = {"fields": list(fields), "kwargs": kwargs, "format_version": blob[4],
+                "decoded_sha256": {n: _sha(out[n]) for n in fields},
+                "plain_sha256": {n: _sha(plain[n]) for n in fields},
+                "error_bound": {n: readers[n].error_bound for n in fields},
+                "enhancement": {n: _enhancement(readers[n]) for n in fields}}
+        for r in readers.values():
+            r.close()
+        assert all(e["stored"] for e in info["enhancement"].values()), name
+        np.save(HERE / f"{name}.source.npy", np.stack([fields[n] for n in fields]), allow_pickle=False)
+        (HERE / f"{name}.strata").write_bytes(blob)
         (HERE / f"{name}.json").write_text(json.dumps(info, indent=1) + "\n")
         print(name, len(blob), "bytes")
 
 
 if __name__ == "__main__":
-    main()
+    main(set(sys.argv[1:]) or None)

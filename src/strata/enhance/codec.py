@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import metrics
-from ..errors import InvalidInputError
+from ..errors import CorruptStreamError, InvalidInputError
 from ..lossy import LossyReader
 from ..lossy import codec as lossy_codec
 from ..lossy import missing as lossy_missing
@@ -31,6 +31,14 @@ from .section import MODE_1X, MODE_2X, Enhancement, InputField, code_fallback
 MODES = {"1x": MODE_1X, "2x": MODE_2X}
 #: Feature masks: the field itself (value, detail, the slices below and above), another field.
 OWN_FEATURES, OTHER_FEATURES = 0b1111, 0b0011
+
+
+def _options(options) -> EnhanceOptions:
+    if options is None:
+        return EnhanceOptions()
+    if not isinstance(options, EnhanceOptions):
+        raise InvalidInputError(f"options must be a strata.enhance.EnhanceOptions, not {type(options).__name__}")
+    return options
 
 
 def parse_mode(enhance) -> int:
@@ -79,12 +87,14 @@ class _Field:
         lo, hi = (float(v.min()), float(v.max())) if v.size else (0.0, 0.0)
         scale = 2.0 / (hi - lo) if hi > lo else 1.0
         detail = 1.0 / (8.0 * self.eb) if self.eb > 0 else 0.0
-        return InputField(name, float(np.float32((lo + hi) / 2)), float(np.float32(scale)),
-                          float(np.float32(detail)), features)
+        with np.errstate(over="ignore"):  # (beyond float32: not finite, so no network)
+            return InputField(name, float(np.float32(lo / 2 + hi / 2)), float(np.float32(scale)),
+                              float(np.float32(detail)), features)
 
 
 def _psnr(f: _Field, values: np.ndarray, valid: np.ndarray) -> float:
-    return metrics.psnr(f.original[valid], values[valid])
+    with np.errstate(over="ignore"):  # (values near the dtype's largest: PSNR -inf, no network)
+        return metrics.psnr(f.original[valid], values[valid])
 
 
 def _declined(mode: int, psnr: float) -> Enhancement:
@@ -108,7 +118,8 @@ def _enhance(f: _Field, others: list[_Field], mode: int, opts: EnhanceOptions, b
     e = Enhancement(mode, True, psnr_plain, psnr_plain, 0, width, inputs)
     feats = network.features(stack_inputs(blocks, [i.center for i in inputs]), e.spec())
     target = np.zeros(f.plain.shape, np.float32)
-    np.divide(f.original - f.plain.astype(np.float64), f.eb, out=target, where=valid, casting="unsafe")
+    with np.errstate(invalid="ignore"):  # (+-Inf: not valid)
+        np.divide(f.original - f.plain.astype(np.float64), f.eb, out=target, where=valid, casting="unsafe")
     params = train.train(feats, target, valid, width, opts.steps_for(f.original.nbytes), opts, progress=bar)
     del feats, target
     if not np.isfinite(params).all():
@@ -176,7 +187,7 @@ def compress(array, *, abs_error=None, rel_error=None, enhance="2x", mask=None, 
         MissingDependencyError: PyTorch is not installed (``pip install 'strata[torch]'``).
     """
     mode = parse_mode(enhance)
-    opts = options or EnhanceOptions()
+    opts = _options(options)
     train._torch()  # (fail before compressing)
     f = _Field.compress("", array, abs_error, rel_error, mask, fill_value, metadata)
     with _bar(opts, opts.steps_for(f.original.nbytes)) as bar:
@@ -218,7 +229,7 @@ def compress_fields(fields: dict, *, abs_error=None, rel_error=None, enhance="2x
     if len(set(shapes.values())) > 1:
         raise InvalidInputError(f"fields must share one shape, got {shapes}")
     mode = parse_mode(enhance) if enhance is not None else None
-    opts = options or EnhanceOptions()
+    opts = _options(options)
     if mode is not None:
         train._torch()
 
@@ -258,13 +269,20 @@ def decompress_fields(data, *, enhance: bool = True, region=None, max_output_byt
     from .fields import open_fields
 
     readers = open_fields(data)
-    try:
-        def inputs(name, lo, hi):
-            if name not in readers:
-                raise InvalidInputError(f"enhancement input field {name!r} is not in the field set")
-            return readers[name].read_block(lo, hi, max_output_bytes=max_output_bytes)
+    blocks = {}
 
-        return {n: r.read(region=region, enhance=enhance, inputs=inputs, max_output_bytes=max_output_bytes)
+    def block(name, lo, hi):
+        """A field's plain block, decoded once for every network that reads it."""
+        if name not in readers:
+            raise CorruptStreamError(f"an enhancement network reads field {name!r}, which the field set lacks")
+        key = (name, tuple(lo), tuple(hi))
+        if key not in blocks:
+            blocks[key] = readers[name].read_block(lo, hi, max_output_bytes=max_output_bytes)
+        return blocks[key]
+
+    try:
+        return {n: r.read(region=region, enhance=enhance, max_output_bytes=max_output_bytes,
+                          inputs=lambda name, lo, hi, own=n: block(name or own, lo, hi))
                 for n, r in readers.items()}
     finally:
         for r in readers.values():

@@ -89,7 +89,8 @@ def dequantize(scales: np.ndarray, q: np.ndarray, channels: int, width: int) -> 
     """float32 flat parameters ``q * scale`` of each tensor (a float32 product: exact and the
     same everywhere)."""
     per = np.repeat(np.asarray(scales, np.float32), [int(np.prod(s)) for s in _shapes(channels, width)])
-    return q.astype(np.float32) * per
+    with np.errstate(over="ignore"):  # (a damaged scale: the caller refuses non-finite weights)
+        return q.astype(np.float32) * per
 
 
 @njit(cache=True)

@@ -25,13 +25,15 @@ def corrected(plain: np.ndarray, r: np.ndarray, eb: float, valid: np.ndarray) ->
     """``plain`` (any float dtype and shape) corrected by ``r`` (predicted error in units of
     ``eb``, same shape), where ``valid`` (bool, same shape); a new array of ``plain``'s dtype."""
     p = plain.astype(np.float64)
-    out = (p + np.clip(r, -1.0, 1.0).astype(np.float64) * eb).astype(plain.dtype)
-    keep = ~valid | ~(np.abs(out.astype(np.float64) - p) <= eb)
+    with np.errstate(invalid="ignore", over="ignore"):  # (+-Inf and overflow: kept below)
+        out = (p + np.clip(r, -1.0, 1.0).astype(np.float64) * eb).astype(plain.dtype)
+        keep = ~valid | ~(np.abs(out.astype(np.float64) - p) <= eb)
     np.copyto(out, plain, where=keep)
     return out
 
 
 def fallback_points(original: np.ndarray, enhanced: np.ndarray, eb: float, valid: np.ndarray) -> np.ndarray:
     """Bool mask of the valid points where the 1x decoder must keep the plain value."""
-    err = np.abs(enhanced.astype(np.float64) - original)
+    with np.errstate(invalid="ignore"):  # (+-Inf: not valid)
+        err = np.abs(enhanced.astype(np.float64) - original)
     return valid & ~(err <= eb * (1.0 - MARGIN))

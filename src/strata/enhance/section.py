@@ -37,6 +37,7 @@ MODE_NAMES = {MODE_1X: "1x", MODE_2X: "2x"}
 MAX_WIDTH = 64
 MAX_INPUTS = 64
 MAX_NAME_BYTES = 255
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
 
 
 @dataclass
@@ -94,19 +95,26 @@ class Enhancement:
         """float32 ``(F, 4)``: center, value scale, detail scale, feature mask per input."""
         return np.array([[f.center, f.value_scale, f.detail_scale, f.features] for f in self.inputs], np.float32)
 
-    def fallback(self, size: int) -> np.ndarray | None:
-        """The 1x fallback mask, flat bool ``(size,)``, or None when there is none.
+    def fallback(self, shape: tuple[int, ...], box=None) -> np.ndarray | None:
+        """The 1x fallback mask of an array of ``shape`` (its internal 3D view), or of the block
+        ``box`` (``(lo, hi)`` per axis) of it: bool of that shape, or None when there is none.
+        The bitmap is unpacked only in the block (``size / 8`` bytes are decoded).
 
         Raises:
             CorruptStreamError: the bitmap does not decode to ``fallback_count`` set bits.
         """
         if self.mode != MODE_1X or not self.fallback_count:
             return None
-        n = -(-size // 8)
-        bits = np.unpackbits(bytecoder.decode(self.fallback_coded, n), bitorder="little")
-        if bits[size:].any() or int(np.count_nonzero(bits)) != self.fallback_count:
+        size = math.prod(shape)
+        packed = bytecoder.decode(self.fallback_coded, -(-size // 8))
+        tail = size % 8
+        if (tail and packed[-1] >> tail) or int(_POPCOUNT[packed].sum(dtype=np.int64)) != self.fallback_count:
             raise CorruptStreamError("enhancement fallback bitmap does not match its count")
-        return bits[:size].view(np.bool_)
+        if box is None:
+            return np.unpackbits(packed, count=size, bitorder="little").view(np.bool_).reshape(shape)
+        lo, hi = box
+        idx = np.ravel_multi_index(np.ix_(*(np.arange(a, b) for a, b in zip(lo, hi))), shape)
+        return ((packed[idx >> 3] >> (idx & 7).astype(np.uint8)) & 1).view(np.bool_)
 
     def to_bytes(self) -> bytes:
         w = Writer().u8(VERSION).u8(self.mode).u8(int(self.stored))
@@ -165,6 +173,8 @@ class Enhancement:
             if not (np.isfinite(e.scales).all() and (e.scales >= 0).all()):
                 raise CorruptStreamError("enhancement weights decode to non-finite values")
             e.quantized = bytecoder.decode(r.blob(len(body)), n).view(np.int8)
+            if not np.isfinite(e.params).all():
+                raise CorruptStreamError("enhancement weights decode to non-finite values")
             if mode == MODE_1X:
                 e.fallback_count = r.varint(size)
                 e.fallback_coded = bytes(r.blob(len(body)))

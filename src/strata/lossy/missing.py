@@ -129,6 +129,8 @@ def prepare(a: np.ndarray, missing: np.ndarray) -> Prepared:
     if n_valid == flat.size:
         return Prepared(flat, None, 0, b"", np.zeros(0, np.int64), 0.0, valid_range)
     mean = total / n_valid if n_valid else 0.0
+    if not math.isfinite(mean) or not math.isfinite(float(flat.dtype.type(mean))):
+        mean = lo / 2 + hi / 2  # (the sum overflowed: values near the dtype's largest)
     work = np.empty_like(flat)
     _work(flat, miss, work, flat.dtype.type(mean))
     exact = np.flatnonzero(~np.isfinite(flat) & ~missing) if n_inf else np.zeros(0, np.int64)

@@ -27,6 +27,9 @@ from .window import Window
 #: Most bytes a read allocates unless told otherwise (``max_output_bytes``): a guard against
 #: decompression bombs, like Pillow's ``MAX_IMAGE_PIXELS``; a module setting one may change.
 MAX_OUTPUT_BYTES = 8 << 30
+#: Working bytes per value of an enhanced read beyond the plain read and the network's inputs
+#: (prediction, regulation in float64, result).
+ENHANCE_BYTES_PER_POINT = 40
 #: Zero bytes after the chunks handed to the decoder (see :func:`strata.entropy.rans.renormalize`
 #: and :func:`strata.entropy.rans.bits_refill`).
 _PAD = 8
@@ -359,7 +362,8 @@ class LossyReader:
 
     def _read_enhanced(self, e, box: Box | None, limit: int, report, inputs):
         """Enhanced values and mask of the whole array (its shape) or of ``box`` (3D): the
-        box and its halo decoded plainly, the network applied, the box cut out."""
+        box and its halo decoded plainly (by ``inputs`` when given, ``""`` naming this field),
+        the network applied, the box cut out."""
         from ..enhance.apply import enhance_block
         from ..enhance.network import HALO, SLICE_HALO
 
@@ -370,15 +374,18 @@ class LossyReader:
             names = ", ".join(repr(f.name) for f in e.inputs[1:])
             raise InvalidInputError(f"this stream's enhancement also reads the fields {names}: decode it "
                                     "with strata.enhance.decompress_fields (or pass enhance=False)")
-        if box is None:
+        n = math.prod(h - lo for lo, h in zip(grown.lo, grown.hi))
+        # plain read + the network's working arrays (inputs, prediction, regulation in float64)
+        need = n * (self._bytes_per_point() + ENHANCE_BYTES_PER_POINT + 4 * len(e.inputs))
+        self._check_limit(need + (self.header.size // 8 if e.fallback_count else 0), limit)
+        if inputs is not None:
+            blocks = [inputs(f.name, grown.lo, grown.hi) for f in e.inputs]
+        elif box is None:
             x, m = self._read_whole(part.num_levels - 1, limit, report)
             blocks = [(x.reshape(part.shape), m.reshape(part.shape))]
         else:
             blocks = [self._read_window(part.num_levels - 1, grown, True, limit, report)]
-        blocks += [inputs(f.name, grown.lo, grown.hi) for f in e.inputs[1:]]
-        sl = tuple(slice(a, b) for a, b in zip(grown.lo, grown.hi))
-        fb = e.fallback(self.header.size)
-        fb = fb.reshape(part.shape)[sl] if fb is not None else None
+        fb = e.fallback(part.shape, None if box is None else (grown.lo, grown.hi))
         out, _ = enhance_block(e, blocks, self.header.eb, fb)
         m = blocks[0][1]
         if box is None:

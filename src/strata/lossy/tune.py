@@ -87,7 +87,8 @@ def roughness(a3: np.ndarray) -> list[float]:
         sl = tuple(slice(None) if e == d else slice(None, None, max(1, a3.shape[e] // 8)) for e in range(3))
         diff = np.abs(np.diff(a3[sl].astype(np.float64), axis=d))
         diff = diff[np.isfinite(diff)]  # (missing points are NaN)
-        out.append(float(diff.mean()) if diff.size else 0.0)
+        with np.errstate(over="ignore"):  # (values near float64's largest: an infinite roughness)
+            out.append(float(diff.mean()) if diff.size else 0.0)
     return out
 
 

@@ -1415,16 +1415,12 @@ def _build_bases(folder: Path, part: int | None, parts: int) -> list[Base]:
 
 
 def _waves(shape, seed, dtype):
-    """A smooth field (a sum of products of sines) for the enhancement network to learn."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij")
-    a = np.zeros(shape)
-    for _ in range(4):
-        phase, freq = rng.uniform(0, 6, len(shape)), rng.uniform(0.05, 0.6, len(shape))
-        a += np.prod([np.sin(freq[d] * grids[d] + phase[d]) for d in range(len(shape))], axis=0)
-    return (a + 0.02 * rng.standard_normal(shape)).astype(dtype)
+    """A smooth field for the enhancement network to learn (with a little noise)."""
+    try:
+        from .synthetic import waves
+    except ImportError:  # (run as a script, from this folder)
+        from synthetic import waves
+    return waves(shape, seed, dtype, noise=0.02)
 
 
 def _enhanced_bases(folder: Path, mine) -> list[Base]:

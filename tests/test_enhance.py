@@ -46,6 +46,8 @@ from strata.lossy import LossyReader
 from strata.lossy import codec as lossy_codec
 from strata.lossy.header import LossyHeader
 
+from .synthetic import waves
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Fast training: a fraction of a second per field.
 OPTS = EnhanceOptions(steps=30, batch_points=4000, progress=False)
@@ -53,17 +55,6 @@ OPTS = EnhanceOptions(steps=30, batch_points=4000, progress=False)
 PAYS = EnhanceOptions(steps=100, batch_points=2000, progress=False)
 REL = 1e-2
 SHAPES = {1: (3000,), 2: (60, 72), 3: (12, 30, 40), 4: (3, 4, 20, 30)}
-
-
-def waves(shape, seed=0, dtype=np.float32, fmax=0.6):
-    """A smooth field: a sum of four products of sines of random frequencies and phases."""
-    rng = np.random.default_rng(seed)
-    grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij")
-    a = np.zeros(shape)
-    for _ in range(4):
-        phase, freq = rng.uniform(0, 6, len(shape)), rng.uniform(0.05, fmax, len(shape))
-        a += np.prod([np.sin(freq[d] * grids[d] + phase[d]) for d in range(len(shape))], axis=0)
-    return a.astype(dtype)
 
 
 @contextlib.contextmanager

@@ -23,17 +23,8 @@ import numpy as np
 import strata
 
 HERE = Path(__file__).resolve().parent
-
-
-def waves(shape, seed, dtype):
-    """A smooth field: a sum of four products of sines of random frequencies and phases."""
-    rng = np.random.default_rng(seed)
-    grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij")
-    a = np.zeros(shape)
-    for _ in range(4):
-        phase, freq = rng.uniform(0, 6, len(shape)), rng.uniform(0.05, 0.6, len(shape))
-        a += np.prod([np.sin(freq[d] * grids[d] + phase[d]) for d in range(len(shape))], axis=0)
-    return a.astype(dtype)
+sys.path.insert(0, str(HERE.parent))
+from synthetic import waves  # noqa: E402
 
 
 def sources() -> dict:

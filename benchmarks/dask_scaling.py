@@ -349,26 +349,16 @@ def _slabs(shape):
     return [slice(t, min(t + CHUNKS[0], shape[0])) for t in range(0, shape[0], CHUNKS[0])]
 
 
-def _inproc_zarr_write(src: Path, dst: Path, shape):
+def _inproc_write(src: Path, dst: Path, shape, pieces):
+    """Copy ``src`` into a new strata store at ``dst``, piece by piece (``pieces``: selections)."""
     s, d = zarr.open_array(str(src), mode="r"), _zarr_create(dst, shape)
-    for slab in _slabs(shape):
-        d[slab] = s[slab]
+    for piece in pieces:
+        d[piece] = s[piece]
 
 
-def _inproc_zarr_read(dst: Path, shape) -> float:
+def _inproc_read(dst: Path, pieces) -> float:
     d = zarr.open_array(str(dst), mode="r")
-    return max(float(d[slab].max()) for slab in _slabs(shape))
-
-
-def _inproc_loop_write(src: Path, dst: Path, shape):
-    s, d = zarr.open_array(str(src), mode="r"), _zarr_create(dst, shape)
-    for region in regions(shape):
-        d[region] = s[region]
-
-
-def _inproc_loop_read(dst: Path, shape) -> float:
-    d = zarr.open_array(str(dst), mode="r")
-    return max(float(d[region].max()) for region in regions(shape))
+    return max(float(d[piece].max()) for piece in pieces)
 
 
 CONFIGS = {
@@ -401,9 +391,9 @@ def setup(name, src: Path, dst: Path, shape):
         yield (lambda: _dask_write(src, dst, scheduler="threads", num_workers=2),
                lambda: _dask_read(dst, scheduler="threads", num_workers=2))
     elif name == "inproc-zarr":
-        yield (lambda: _inproc_zarr_write(src, dst, shape)), (lambda: _inproc_zarr_read(dst, shape))
+        yield (lambda: _inproc_write(src, dst, shape, _slabs(shape))), (lambda: _inproc_read(dst, _slabs(shape)))
     else:
-        yield (lambda: _inproc_loop_write(src, dst, shape)), (lambda: _inproc_loop_read(dst, shape))
+        yield (lambda: _inproc_write(src, dst, shape, regions(shape))), (lambda: _inproc_read(dst, regions(shape)))
 
 
 def throughput(tmp: Path, mib: int, repeats: int) -> dict:

@@ -97,8 +97,9 @@ def _psnr(f: _Field, values: np.ndarray, valid: np.ndarray) -> float:
         return metrics.psnr(f.original[valid], values[valid])
 
 
-def _declined(mode: int, psnr: float) -> Enhancement:
-    return Enhancement(mode, False, psnr, psnr, 0)
+def _declined(mode: int, psnr: float, psnr_enhanced: float | None = None, plain_bytes: int = 0) -> Enhancement:
+    """A section storing no network, with the figures the decision was made on."""
+    return Enhancement(mode, False, psnr, psnr if psnr_enhanced is None else psnr_enhanced, plain_bytes)
 
 
 def _enhance(f: _Field, others: list[_Field], mode: int, opts: EnhanceOptions, bar) -> Enhancement:
@@ -131,13 +132,13 @@ def _enhance(f: _Field, others: list[_Field], mode: int, opts: EnhanceOptions, b
         np.copyto(enhanced, f.plain, where=fb)
         e.fallback_count, e.fallback_coded = int(np.count_nonzero(fb)), code_fallback(fb.reshape(-1))
     e.psnr_enhanced = _psnr(f, enhanced, valid)
-    e.plain_equivalent_bytes = _plain_bytes_at(f, psnr_plain, e.psnr_enhanced)
+    e.plain_equivalent_bytes = _plain_bytes_at(f, valid, psnr_plain, e.psnr_enhanced)
     if len(f.stream) + len(e.to_bytes()) >= e.plain_equivalent_bytes:
-        return Enhancement(mode, False, psnr_plain, e.psnr_enhanced, e.plain_equivalent_bytes)
+        return _declined(mode, psnr_plain, e.psnr_enhanced, e.plain_equivalent_bytes)
     return e
 
 
-def _plain_bytes_at(f: _Field, psnr_plain: float, psnr_target: float) -> int:
+def _plain_bytes_at(f: _Field, valid: np.ndarray, psnr_plain: float, psnr_target: float) -> int:
     """Estimated bytes of a plain stream of PSNR ``psnr_target``: the field compressed once
     more, plainly, at half the bound (about 6 dB more), and the bytes interpolated
     log-linearly in PSNR between the two plain streams (a secant over 6 dB: nearby bounds can
@@ -150,7 +151,7 @@ def _plain_bytes_at(f: _Field, psnr_plain: float, psnr_target: float) -> int:
     stream1 = lossy_codec.compress(data, abs_error=f.eb / 2, fill_value=f.fill_value, metadata=f.metadata)
     with LossyReader(stream1) as r:
         plain1 = r.read(enhance=False).reshape(f.plain.shape)
-    psnr1 = _psnr(f, plain1, f.valid())
+    psnr1 = _psnr(f, plain1, valid)
     b0, b1 = len(f.stream), len(stream1)
     if not psnr1 > psnr_plain:
         return b1

@@ -11,9 +11,9 @@ from __future__ import annotations
 from ..container import KIND_FIELDS, Reader, Source, Writer, pack, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError
 from ..lossy import LossyReader
+from .section import MAX_NAME_BYTES
 
 MAX_FIELDS = 1024
-MAX_NAME_BYTES = 255
 
 
 def check_names(names: list) -> list[str]:

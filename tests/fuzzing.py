@@ -15,7 +15,7 @@ limit), so a segfault or a hang is detected and attributed to its case, which is
 from ``(seed, index)`` alone: ``benchmarks/fuzz.py --repro SEED:INDEX``.
 
 Layout of this module: the field tree (:class:`F`, :class:`G`, :func:`serialize`); parsers of
-lossy streams (with their enhancement section, ``strata.enhance``), field sets (kind 3: the
+lossy streams (with their target section and enhancement section, ``strata.enhance``), field sets (kind 3: the
 header's names and lengths, each embedded lossy stream parsed whole) and checkpoint files into
 trees; mutators; the base streams; decoders; the worker loop; the pool that runs workers and
 collects outcomes; the outcome table.
@@ -296,9 +296,10 @@ _N_TABLES = (1, 3, 7, 27)
 
 
 def parse_lossy(blob: bytes) -> G:
-    """The field tree of a lossy stream (``docs/format.md`` sections 1-3 and 7): ``root.items``
+    """The field tree of a lossy stream (``docs/format.md`` sections 1-3, 7 and 9): ``root.items``
     are the preamble, header, header CRC, exact-value section, metadata section, level sections
-    and enhancement section (an empty group when the stream has none)."""
+    and the trailing sections, a group of the target section and the enhancement section (each
+    an empty group when the stream has none; :func:`target_node`, :func:`enhancement_node`)."""
     pre, hbytes, off = _container(blob)
     r = _Bytes(hbytes)
     H = "header: "
@@ -321,7 +322,7 @@ def parse_lossy(blob: bytes) -> G:
     mask_lens = [(0, 0)] * n_levels
     metadata_len = 0
     vrange = None
-    enhance_len = 0
+    enhance_len = target_len = 0
     if flags is not None:
         if flags & 1:
             missing_count, fill, origin = r.varint(), r.take(itemsize), r.f64()
@@ -332,6 +333,8 @@ def parse_lossy(blob: bytes) -> G:
             vrange = (r.f64(), r.f64())
         if flags & 8:
             enhance_len = r.varint()
+        if flags & 16:
+            target_len = r.varint()
     if r.pos != len(hbytes):
         raise ValueError("header has trailing bytes")
 
@@ -410,6 +413,7 @@ def parse_lossy(blob: bytes) -> G:
                                                         auto=lambda: crc(_at(c, i))))], "mask index")
             mindex.items = [mbody, F("u32", 0, "mask index: CRC", auto=lambda b=mbody: crc(b))]
         levels.append(G([head, mindex, mchunks, chunks], "level", seq=False))
+    target = _target_section(s.take(target_len)) if target_len else G(cat="target section")
     enhancement = _enhancement_section(s.take(enhance_len)) if enhance_len else G(cat="enhancement section")
     if s.pos != len(blob):
         raise ValueError("trailing bytes after the sections")
@@ -439,10 +443,47 @@ def parse_lossy(blob: bytes) -> G:
             ext += [F("f64", vrange[0], E + "valid range"), F("f64", vrange[1], E + "valid range")]
         if flags & 8:
             ext.append(F("varint", enhance_len, E + "enhancement length", auto=lambda: len(ser(enhancement))))
+        if flags & 16:
+            ext.append(_target_length(target))
         hf.append(G(ext, E + "fields"))
     header = G(hf, "header")
-    root = G([pre, header, _finish_container(pre, header), exact, meta, level_list, enhancement], "stream")
+    trailing = G([target, enhancement], "stream: trailing sections")
+    root = G([pre, header, _finish_container(pre, header), exact, meta, level_list, trailing], "stream")
     return root
+
+
+def target_node(root: G) -> G:
+    """The target section of a lossy stream's tree (an empty group when it has none)."""
+    return root.items[6].items[0]
+
+
+def enhancement_node(root: G) -> G:
+    """The enhancement section of a lossy stream's tree (an empty group when it has none)."""
+    return root.items[6].items[1]
+
+
+_T = "target: "
+
+
+def _target_length(target: G) -> F:
+    """The header's target length, following the section."""
+    return F("varint", 0, "extension: target length", auto=lambda: len(ser(target)))
+
+
+def _target_fields(version, code, target, achieved, compressions) -> G:
+    body = G([F("u8", version, _T + "version"), F("u8", code, _T + "metric code"), F("f64", target, _T + "target"),
+              F("f64", achieved, _T + "achieved"), F("u8", compressions, _T + "compressions")], "target section")
+    return G([body, F("u32", 0, _T + "CRC", auto=lambda: crc(body))], "target section")
+
+
+def _target_section(b: bytes) -> G:
+    """The field tree of a target section (``docs/format.md`` section 9): version, metric code,
+    target, achieved, compressions, CRC."""
+    r = _Bytes(b[:-4])
+    fields = (r.u8(), r.u8(), r.f64(), r.f64(), r.u8())
+    if r.pos != len(r.buf):
+        raise ValueError("target section has trailing bytes")
+    return _target_fields(*fields)
 
 
 _E = "enhance: "
@@ -1009,8 +1050,10 @@ def semantic_lossy(rng: random.Random, root: G) -> str:
     """A change of several fields that keeps the stream consistent enough to reach the next
     check: a shape (or pass order, flat axes) with the number of levels it implies; a huge
     shape so; the missing-value fields added to a stream without them or taken away."""
-    if len(root.items) > 6 and root.items[6].items and rng.random() < 0.5:
+    if enhancement_node(root).items and rng.random() < 0.5:
         return semantic_enhancement(rng, root)
+    if rng.random() < 0.1:
+        return semantic_target(rng, root)
     shape_g = _find(root, "header: shape", G)[0]
     levels = root.items[5].items
     roll = rng.random()
@@ -1140,7 +1183,7 @@ def semantic_enhancement(rng: random.Random, root: G) -> str:
     removed; a random fallback bitmap with its count; the network declined."""
     import numpy as np
 
-    body = root.items[6].items[0]
+    body = enhancement_node(root).items[0]
     items = body.items
     stored = len(items) > 6
     roll = rng.random()
@@ -1205,6 +1248,37 @@ def semantic_enhancement(rng: random.Random, root: G) -> str:
         items[13:] = _fallback_nodes(rng, size, body)
         return "semantic: enhancement fallback bitmap and count"
     return "semantic: none"
+
+
+def semantic_target(rng: random.Random, root: G) -> str:
+    """A target section added to a stream without one (before its enhancement section; the
+    flag and length too, or only the section or only the flag), or taken away (with its flag and
+    length, or leaving one of them)."""
+    ext = _find(root, "extension: fields", G)
+    if not ext:
+        return "semantic: none"
+    flags, fields = ext[0].items[0], ext[0].items
+    trailing = root.items[6]
+    roll = rng.random()
+    if target_node(root).items:
+        if roll < 0.6:
+            flags.value &= ~16
+            fields[:] = [f for f in fields if getattr(f, "cat", "") != "extension: target length"]
+        if roll >= 0.3:
+            trailing.items[0] = G(cat="target section")
+        return "semantic: target section removed"
+    code = rng.choice([1, 2, 3, 1, 0, 4, 255])
+    value = {1: 60.0, 2: 20.0, 3: 0.99}.get(code, 1.0)
+    target = _target_fields(rng.choice([1, 1, 1, 0, 2]), code, value,
+                            rng.choice([value + 0.25, value, math.inf, -math.inf, math.nan, 2.0, -0.5]),
+                            rng.choice([1, 2, 255, 0]))
+    if roll < 0.8:
+        trailing.items[0] = target
+    if roll >= 0.1:
+        flags.value |= 16
+        fields.append(_target_length(target) if roll < 0.9 else F("varint", rng.choice([0, 1, 23, 24, 1 << 40]),
+                                                                    "extension: target length"))
+    return "semantic: target section added"
 
 
 def semantic_fields(rng: random.Random, root: G) -> str:
@@ -1400,6 +1474,15 @@ def _build_bases(folder: Path, part: int | None, parts: int) -> list[Base]:
     lossy("f32_3d_all_missing", a, abs_error=0.1)
     lossy("f64_scalar", np.array(2.5), abs_error=0.1)
     lossy("f32_empty", np.zeros((0, 4), np.float32), abs_error=0.1, metadata={"empty": True})
+    a = smooth((12, 20, 24), np.float32)  # (drawn in every part: the same rng state after it)
+    if mine(0):  # a target section (strata.lossy.target) after the levels
+        from strata.lossy.codec import with_target
+        from strata.lossy.target import TargetRecord
+
+        (folder / "f32_3d_target.strata").write_bytes(
+            with_target(strata.compress(a, rel_error=1e-3), TargetRecord("psnr", 60.0, 60.3, 2)))
+    out.append(Base("f32_3d_target", "lossy", "f32_3d_target.strata",
+                    tuple(d for d in LOSSY_DECODERS if d != "netcdf")))
     out += _enhanced_bases(folder, mine)
 
     if mine(1):
@@ -1627,6 +1710,7 @@ def _read_lossy(case: Case, source, rng: random.Random, workdir: Path) -> None:
         if case.decoder == "full":
             _ = r.levels, r.settings_text(), r.fill_value, r.valid_range, r.mask_bytes
             _enhancement_info(r)
+            _target_info(r)
             r.read(masked=True, enhance=rng.random() < 0.85)
             cf.parse_metadata(r.metadata)
         elif case.decoder == "level":
@@ -1656,6 +1740,17 @@ def _enhancement_info(r) -> None:
         text = getattr(cli, "_enhancement_text", None)
         if text is not None:
             text(e)
+
+
+def _target_info(r) -> None:
+    """What ``strata info`` shows of a target section (parsed and validated)."""
+    t = getattr(r, "target", None)
+    if t is not None:
+        from strata import cli
+
+        text = getattr(cli, "_target_text", None)
+        if text is not None:
+            text(t)
 
 
 def _read_fields(case: Case, source, rng: random.Random) -> None:

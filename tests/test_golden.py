@@ -2,6 +2,7 @@
 tests/golden/make_golden.py) must keep decoding, bit for bit, in every later version."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -52,10 +53,15 @@ def test_golden_stream_decodes(name):
             assert np.array_equal(r.read(region=region).view(bits), y[region].view(bits))
         else:
             assert r.enhancement is None
+        if "target" in info:  # the target section's fields, as recorded
+            assert dataclasses.asdict(r.target) == info["target"]
+        else:
+            assert r.target is None
 
 
 def test_golden_streams_present():
-    assert {"lossy_masked_f32", "lossy_plain_f64", "lossy_enh2x_f32", "lossy_enh1x_f64"} <= set(NAMES)
+    assert {"lossy_masked_f32", "lossy_plain_f64", "lossy_enh2x_f32", "lossy_enh1x_f64", "lossy_target_f32"} \
+        <= set(NAMES)
     assert {"fields_cross_2x"} <= set(FIELD_SETS)
 
 

@@ -1,8 +1,10 @@
 """The ``strata`` command line.
 
-    strata compress INPUT [-o OUT] (--abs E | --rel E) [--shape AxBxC] [--var NAME [--no-cf]] [--enhance 1x|2x]
+    strata compress INPUT [-o OUT] (--abs E | --rel E | --target-psnr DB | --target-ratio R | --target-ssim S)
+                    [--shape AxBxC] [--var NAME [--no-cf]] [--enhance 1x|2x]
     strata decompress INPUT [-o OUT.npy|OUT.f32|OUT.f64|OUT.nc] [--level K] [--region SPEC] [--no-enhance]
     strata info INPUT
+    strata quality INPUT (--rel E,E,... | --abs E,E,...) [--compressor strata,sz3,zfp] [--verify] [--shape] [--var]
     strata extract INPUT -o OUT [--level K [--grid]] [--region SPEC]
     strata convert IN.nc OUT.zarr (--rel E | --abs E) [--var NAME ...] [--chunks SPEC] [--force]
     strata convert IN.zarr OUT.nc [--force]
@@ -90,6 +92,11 @@ def main():
               help="output stream (default: INPUT.strata)")
 @click.option("--abs", "abs_error", type=float, help="absolute error bound")
 @click.option("--rel", "rel_error", type=float, help="bound relative to the range of the valid values")
+@click.option("--target-psnr", "target_psnr", type=float,
+              help="instead of a bound: reach this PSNR (dB), predicted then checked (at most 3 compressions)")
+@click.option("--target-ratio", "target_ratio", type=float, help="instead of a bound: reach this compression ratio")
+@click.option("--target-ssim", "target_ssim", type=float,
+              help="instead of a bound: reach this SSIM (needs scikit-image)")
 @click.option("--shape", help="shape of a raw input, e.g. 100x500x500 (default: from the file name)")
 @click.option("--var", help="variable (NetCDF) or dataset (HDF5) to read")
 @click.option("--no-cf", "no_cf", is_flag=True,
@@ -97,7 +104,8 @@ def main():
 @click.option("--enhance", type=click.Choice(["1x", "2x"]),
               help="train and store an enhancement network (NeurLZ; needs strata[torch]): 2x keeps every value "
               "within twice the bound, 1x within the bound")
-def compress(input, output, abs_error, rel_error, shape, var, no_cf, enhance):
+def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, target_ssim, shape, var, no_cf,
+             enhance):
     """Compress INPUT with a point-wise error bound on its valid values.
 
     A NetCDF/HDF5 variable is read with the CF conventions (missing values, packed data) and
@@ -112,8 +120,14 @@ def compress(input, output, abs_error, rel_error, shape, var, no_cf, enhance):
         a = v.data
         bar = _Bar(a.nbytes, "compress")
         t = time.perf_counter()
+        targets = [(m, x) for m, x in (("psnr", target_psnr), ("ratio", target_ratio), ("ssim", target_ssim))
+                   if x is not None]
+        if len(targets) > 1 or (targets and (abs_error is not None or rel_error is not None or enhance)):
+            raise click.UsageError("give one of --abs, --rel, --target-psnr, --target-ratio, --target-ssim "
+                                   "(a target does not combine with --enhance)")
         try:
-            blob = v.compress(abs_error=abs_error, rel_error=rel_error, progress=bar, enhance=enhance)
+            blob = v.compress(abs_error=abs_error, rel_error=rel_error, progress=bar, enhance=enhance,
+                              target=targets[0] if targets else None)
         finally:
             bar.close()
         t = time.perf_counter() - t
@@ -192,7 +206,7 @@ def extract(input, output, level, grid, region):
 @main.command()
 @click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def info(input):
-    """Describe the stream INPUT: shape, dtype, bound, missing values, variable, levels."""
+    """Describe the stream INPUT: shape, dtype, bound, missing values, variable, target, levels."""
     from .cf import parse_metadata
     from .lossy import LossyReader
 
@@ -218,6 +232,9 @@ def info(input):
                            f"{len(desc.attrs)} attributes, coordinates: {', '.join(desc.coords) or 'none'}")
             elif r.metadata is not None:
                 click.echo(f"  metadata: {len(r.metadata)} entries")
+            t = r.target
+            if t is not None:
+                click.echo(f"  {_target_text(t)}")
             e = r.enhancement
             if e is not None:
                 click.echo(f"  {_enhancement_text(e)}")
@@ -229,6 +246,77 @@ def info(input):
                            f"  {lv.compressed_bytes:10d}  {lv.points:10d}")
     except StrataError as exc:
         _fail(exc)
+
+
+@main.command()
+@click.argument("input", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--rel", "rel_error", help="bounds relative to the valid range, comma-separated: 1e-2,1e-3,1e-4")
+@click.option("--abs", "abs_error", help="absolute bounds, comma-separated")
+@click.option("--compressor", default="strata", show_default=True,
+              help="comma-separated: strata, sz3, zfp (fixed accuracy)")
+@click.option("--verify", is_flag=True, help="also compress and measure (sz3 needs pysz, zfp zfpy; SSIM scikit-image)")
+@click.option("--shape", help="shape of a raw input, e.g. 100x500x500 (default: from the file name)")
+@click.option("--var", help="variable (NetCDF) or dataset (HDF5) to read")
+def quality(input, rel_error, abs_error, compressor, verify, shape, var):
+    """Predict the compression ratio, PSNR and SSIM of INPUT at the given bounds, without
+    compressing (strata.quality, after DeepCQ); --verify measures them beside."""
+    from .inputs import parse_shape, read_input
+    from .lossy import missing
+    from .quality import features, predict
+    from .quality.anchors import measure
+
+    if (rel_error is None) == (abs_error is None):
+        raise click.UsageError("give one of --rel and --abs")
+    try:
+        bounds = [float(b) for b in (rel_error or abs_error).split(",")]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--rel/--abs") from exc
+    try:
+        v = read_input(input, parse_shape(shape) if shape else None, var)
+        a = v.data
+        t = time.perf_counter()
+        miss = missing.find(a, v.mask, v.fill_value).reshape(a.shape) if v.mask is not None \
+            or v.fill_value is not None else None
+        f = features(a, mask=miss)
+        t_features = time.perf_counter() - t
+        kind = "rel_error" if rel_error is not None else "abs_error"
+        with_ssim = a.ndim >= 2 and min(a.shape[-2:]) >= 7
+        metrics = ("ratio", "psnr", "ssim") if with_ssim else ("ratio", "psnr")
+        click.echo(f"{input.name}: {a.shape} {a.dtype}; features in {1e3 * t_features:.1f} ms"
+                   + ("" if with_ssim else "; no SSIM (slices under 7 x 7)"))
+        head = f"  {'compressor':10s} {'bound':>9s} {'ratio':>9s} {'bits/value':>10s} {'PSNR dB':>8s}"
+        head += f" {'SSIM':>7s}" if with_ssim else ""
+        click.echo(head + ("   (measured beside)" if verify else ""))
+        for comp in compressor.split(","):
+            p = predict(f, compressor=comp, metrics=metrics, **{kind: bounds})
+            for i, b in enumerate(bounds):
+                row = {m: p[m][i] for m in metrics}
+                line = f"  {comp:10s} {b:9.3g} " + _quality_cells(row, a.dtype.itemsize, with_ssim)
+                if verify:
+                    row = measure(comp, a, p["abs_error"][i], miss, ssim=with_ssim)
+                    line += "  |  " + _quality_cells(row, a.dtype.itemsize, with_ssim)
+                click.echo(line)
+    except (StrataError, OSError, ImportError) as exc:
+        _fail(exc)
+
+
+def _quality_cells(row: dict, itemsize: int, with_ssim: bool) -> str:
+    out = f"{row['ratio']:9.2f} {8 * itemsize / row['ratio']:10.3f} {row['psnr']:8.2f}"
+    return out + (f" {row['ssim']:7.4f}" if with_ssim else "")
+
+
+def _target_text(t) -> str:
+    """One line on a target section (``strata info``): ``target: psnr 60 dB, achieved 60.21 dB
+    in 2 compressions``; a ratio with 2 decimals, an SSIM with 4."""
+    unit = f" {t.unit}" if t.unit else ""
+    if t.metric == "ssim":
+        asked, got = f"{t.target:.4f}", f"{t.achieved:.4f}{unit}"
+    else:
+        asked, got = f"{t.target:g}", f"{t.achieved:.2f}{unit}"
+    if t.achieved == float("inf"):  # (a PSNR only: every valid value decoded exactly)
+        got = f"inf{unit} (lossless)"
+    runs = f"{t.compressions} compression" + ("" if t.compressions == 1 else "s")
+    return f"target: {t.metric} {asked}{unit}, achieved {got} in {runs}"
 
 
 def _enhancement_text(e) -> str:

@@ -10,9 +10,14 @@ Enhanced streams (``strata.enhance``: a 2x stream, a 1x stream with fallback poi
 with cross-field networks) store their network whatever it gains (the decoder is what they
 test; the training itself is not reproducible across machines, the decoding is), and record
 the plain decode's hash too. A field set's source is its fields stacked along a new first axis.
+
+A stream with a target section (``strata.lossy.target``) gets it from ``kwargs["target"]``
+(metric, target, compressions; the achieved value is the decode's PSNR) through
+``strata.lossy.codec.with_target``; its info records the section's fields.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -21,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import strata
+from strata import metrics
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -49,6 +55,8 @@ def sources() -> dict:
         "lossy_enh2x_f32": (enh2, dict(rel_error=1e-2, enhance="2x", enhance_options=opts)),
         "lossy_enh1x_f64": (waves((4, 20, 24), 12, np.float64), dict(abs_error=2e-2, enhance="1x",
                                                                     enhance_options=opts)),
+        "lossy_target_f32": (waves((5, 18, 22), 15, np.float32),
+                             dict(rel_error=1e-3, target={"metric": "psnr", "target": 60.0, "compressions": 2})),
     }
 
 
@@ -90,12 +98,20 @@ def main(names=None) -> None:
         kw = dict(kwargs)
         if "enhance_options" in kw:
             kw["enhance_options"] = EnhanceOptions(**kw["enhance_options"])
+        target = kw.pop("target", None)
         restore = _always_stored() if "enhance" in kw else (lambda: None)
         try:
             blob = strata.compress(a, **kw)
         finally:
             restore()
         y = strata.decompress(blob)
+        if target is not None:
+            from strata.lossy.codec import with_target
+            from strata.lossy.target import TargetRecord
+
+            record = TargetRecord(achieved=metrics.psnr(a, y), **target)
+            blob = with_target(blob, record)
+            assert np.array_equal(strata.decompress(blob), y), name
         np.save(HERE / f"{name}.source.npy", a, allow_pickle=False)
         (HERE / f"{name}.strata").write_bytes(blob)
         info = {"decoded_sha256": _sha(y), "kwargs": kwargs, "format_version": blob[4]}
@@ -105,6 +121,10 @@ def main(names=None) -> None:
                 info["enhancement"] = _enhancement(r)
             assert info["enhancement"]["stored"], name
             assert info["enhancement"]["mode"] == "2x" or info["enhancement"]["fallback_count"] > 0, name
+        if target is not None:
+            with strata.open(blob) as r:
+                info["target"] = dataclasses.asdict(r.target)
+            assert info["target"] == dataclasses.asdict(record), name
         (HERE / f"{name}.json").write_text(json.dumps(info, indent=1) + "\n")
         print(name, len(blob), "bytes")
     for name, (fields, kwargs) in field_sets().items():

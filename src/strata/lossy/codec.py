@@ -24,7 +24,7 @@ import numpy as np
 
 from .._numba import kernel_threads, workers
 from ..container import KIND_LOSSY, Source, Writer, crc32, pack, unpack_header
-from ..errors import InvalidInputError, UnsupportedDtypeError
+from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError, UnsupportedDtypeError
 from . import chunks, exact, missing
 from . import mask as mask_coder
 from . import metadata as meta
@@ -32,6 +32,7 @@ from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
 from .partition import Partition, as_3d_shape
 from .predict import encode_origin, encode_passes, pass_table
 from .quantize import RADIUS
+from .target import TargetRecord
 from .tune import Settings, choose, sample_bits
 
 #: Smallest average chunk (estimated bytes) for which a level gets half-size chunks.
@@ -161,8 +162,8 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
 
 def with_enhancement(stream: bytes, section: bytes) -> bytes:
     """``stream`` (a lossy stream from :func:`compress`) with ``section`` as its enhancement
-    section (:mod:`strata.enhance.section`), appended after the levels; the header records its
-    length (extension flag 8) and gets a new checksum."""
+    section (:mod:`strata.enhance.section`), appended last (after the levels and the target
+    section, if any); the header records its length (extension flag 8) and gets a new checksum."""
     src = Source(stream)
     raw, offset = unpack_header(src, KIND_LOSSY)
     header = LossyHeader.from_bytes(raw, src.size)
@@ -170,6 +171,38 @@ def with_enhancement(stream: bytes, section: bytes) -> bytes:
         raise InvalidInputError("the stream already has an enhancement section")
     header.enhance_len = len(section)
     return pack(KIND_LOSSY, header.to_bytes(), [bytes(src.read(offset, src.size - offset)), section])
+
+
+def with_target(stream: bytes, record: TargetRecord) -> bytes:
+    """``stream`` (a lossy stream from :func:`compress`, maybe with an enhancement section) with
+    ``record`` as its target section (:mod:`strata.lossy.target`): placed after the levels and
+    before the enhancement section, which stays last; the header records its length (extension
+    flag 16) and gets a new checksum. The decoded values do not change.
+
+    Raises:
+        InvalidInputError: ``record`` is not a :class:`TargetRecord`, or the stream already has
+            a target section.
+        FormatError, TruncatedStreamError, CorruptStreamError: ``stream`` is not a valid lossy
+            stream, ends before its sections do, or holds bytes after them.
+    """
+    if not isinstance(record, TargetRecord):
+        raise InvalidInputError(f"record must be a TargetRecord, not {type(record).__name__}")
+    src = Source(stream)
+    raw, offset = unpack_header(src, KIND_LOSSY)
+    header = LossyHeader.from_bytes(raw, src.size)
+    if header.target_len:
+        raise InvalidInputError("the stream already has a target section")
+    # (the sections as the reader locates them: exact values, metadata, levels, enhancement)
+    levels_end = offset + header.exact_len + header.metadata_len + sum(lv.total for lv in header.levels)
+    end = levels_end + header.enhance_len
+    if end > src.size:
+        raise TruncatedStreamError(f"stream truncated: its sections need {end} bytes, it has {src.size}")
+    if end < src.size:
+        raise CorruptStreamError(f"{src.size - end} unexpected bytes after the stream's sections")
+    section = record.to_bytes()
+    header.target_len = len(section)
+    return pack(KIND_LOSSY, header.to_bytes(), [bytes(src.read(offset, levels_end - offset)), section,
+                                                 bytes(src.read(levels_end, header.enhance_len))])
 
 
 def predict_all(orig: np.ndarray, missing: np.ndarray, part: Partition, header: LossyHeader) -> np.ndarray:
@@ -279,4 +312,4 @@ def _varint_len(v: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["Settings", "absolute_bound", "compress", "encode_level", "level_geometry", "predict_all",
-           "validate_array", "with_enhancement", "RADIUS", "DTYPE_CODES"]
+           "validate_array", "with_enhancement", "with_target", "RADIUS", "DTYPE_CODES"]

@@ -6,7 +6,8 @@ predictor settings (pass order, flat axes, level-wise bound factors, cubic/linea
 the length of the exact-value section, and per level the lengths of its head and payload;
 then an optional extension (streams written before it have none): flags, the missing-value
 fields (count, fill pattern, the first point's prediction, per level the lengths of its mask
-index and mask payload), the metadata section's length, the valid range, the enhancement section's length.
+index and mask payload), the metadata section's length, the valid range, the enhancement section's length,
+the target section's length.
 Every size is validated against ``MAX_ELEMENTS`` and the stream length before anything is
 allocated.
 """
@@ -32,7 +33,9 @@ DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8")}
 DTYPE_CODES = {np.dtype("float32"): 1, np.dtype("float64"): 2}
 BOUND_ABS, BOUND_REL = 0, 1
 #: Extension flags.
-EXT_MISSING, EXT_METADATA, EXT_RANGE, EXT_ENHANCE = 1, 2, 4, 8
+EXT_MISSING, EXT_METADATA, EXT_RANGE, EXT_ENHANCE, EXT_TARGET = 1, 2, 4, 8, 16
+#: Flags a reader knows; a stream with a higher bit set is refused (a later writer's section).
+EXT_KNOWN = 32
 ORDERS = list(itertools.permutations(range(3)))
 
 
@@ -91,6 +94,9 @@ class LossyHeader:
     valid_range: tuple[float, float] | None = None
     #: Bytes of the enhancement section (:mod:`strata.enhance`), last in the stream; 0: none.
     enhance_len: int = 0
+    #: Bytes of the target section (:mod:`strata.lossy.target`), after the levels and before the
+    #: enhancement section; 0: none.
+    target_len: int = 0
 
     @property
     def size(self) -> int:
@@ -120,7 +126,8 @@ class LossyHeader:
         for lv in self.levels:
             w.varint(lv.head_len).varint(lv.payload_len)
         flags = ((EXT_MISSING if self.missing_count else 0) | (EXT_METADATA if self.metadata_len else 0)
-                 | (EXT_RANGE if self.valid_range is not None else 0) | (EXT_ENHANCE if self.enhance_len else 0))
+                 | (EXT_RANGE if self.valid_range is not None else 0) | (EXT_ENHANCE if self.enhance_len else 0)
+                 | (EXT_TARGET if self.target_len else 0))
         w.u8(flags)
         if self.missing_count:
             w.varint(self.missing_count).raw(self.fill_bits).f64(self.origin_pred)
@@ -132,6 +139,8 @@ class LossyHeader:
             w.f64(self.valid_range[0]).f64(self.valid_range[1])
         if self.enhance_len:
             w.varint(self.enhance_len)
+        if self.target_len:
+            w.varint(self.target_len)
         return w.getvalue()
 
     @classmethod
@@ -187,8 +196,9 @@ class LossyHeader:
 
     def _read_extension(self, r: Reader, stream_size: int) -> None:
         flags = r.u8()
-        if flags >= 16:
-            raise CorruptStreamError(f"unknown header extension flags {flags}")
+        if flags >= EXT_KNOWN:
+            raise CorruptStreamError(f"unknown header extension flags {flags} (bits this reader knows: "
+                                     f"{EXT_KNOWN - 1}; a stream from a later version of strata?)")
         if flags & EXT_MISSING:
             self.missing_count = r.varint(self.size)
             if self.missing_count == 0:
@@ -210,3 +220,7 @@ class LossyHeader:
             self.enhance_len = r.varint(stream_size)
             if self.enhance_len == 0:
                 raise CorruptStreamError("empty enhancement section")
+        if flags & EXT_TARGET:
+            self.target_len = r.varint(stream_size)
+            if self.target_len == 0:
+                raise CorruptStreamError("empty target section")

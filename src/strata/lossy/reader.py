@@ -4,6 +4,9 @@ A :class:`LossyReader` reads the header, then only the level sections and chunks
 needs: levels above ``k`` are never read for a progressive request, and a region request
 decodes, per level, only the chunks that hold points its interpolation stencils reach.
 Every byte is checksummed before it is decoded.
+
+Sections, located from the header's lengths alone: exact values, metadata, the levels (coarse
+to fine), the target section (:mod:`strata.lossy.target`), the enhancement section (last).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from .codec import level_geometry
 from .header import LossyHeader
 from .partition import Box, as_3d_shape, grid_shape
 from .predict import decode_origin, decode_passes, pass_table, preview_passes
+from .target import TargetRecord
 from .window import Window
 
 #: Most bytes a read allocates unless told otherwise (``max_output_bytes``): a guard against
@@ -101,6 +105,8 @@ class LossyReader:
         for lv in h.levels:
             self._level_offsets.append(off)
             off += lv.total
+        self._target_offset = off
+        off += h.target_len
         self._enhance_offset = off
         off += h.enhance_len
         if off > self._src.size:
@@ -110,6 +116,7 @@ class LossyReader:
         self._mask_index: dict[int, tuple[np.ndarray, list]] = {}
         self._metadata = None
         self._enhancement = None
+        self._target = None
         if self._part is not None:
             self._bounds = h.step_bounds(self._part.steps)
 
@@ -177,6 +184,20 @@ class LossyReader:
             self._enhancement = Enhancement.from_bytes(
                 self._src.read(self._enhance_offset, self.header.enhance_len, "enhancement section"), self.header.size)
         return self._enhancement
+
+    @property
+    def target(self) -> TargetRecord | None:
+        """What the compression was asked for and what it reached (a PSNR in dB, a compression
+        ratio or an SSIM, and the number of compressions the search ran), or None for a stream
+        compressed with an explicit error bound (no target section). Parsed on first use.
+
+        Raises:
+            CorruptStreamError: the section is damaged (checksum, version, metric, values).
+        """
+        if self._target is None and self.header.target_len:
+            self._target = TargetRecord.from_bytes(
+                self._src.read(self._target_offset, self.header.target_len, "target section"))
+        return self._target
 
     @property
     def guaranteed_error(self) -> float:

@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[test,demo,io,zarr,torch,bench]"
+	$(PY) -m pip install -q -e ".[test,demo,io,zarr,torch,quality,bench]"
 	touch $(STAMP)
 
 demo: $(STAMP)

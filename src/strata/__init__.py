@@ -8,7 +8,7 @@ __all__ = ["compress", "decompress", "open", "__version__"]
 
 
 def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None, enhance=None,
-             enhance_options=None) -> bytes:
+             enhance_options=None, target_psnr=None, target_ratio=None, target_ssim=None) -> bytes:
     """Error-bounded lossy compression of a float32/float64 array.
 
     See :func:`strata.lossy.compress`: exactly one of ``abs_error`` (absolute) and
@@ -21,7 +21,26 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     it in the stream (:func:`strata.enhance.compress`, NeurLZ; needs ``strata[torch]``):
     "2x" keeps every valid value within twice the bound, "1x" within the bound;
     ``enhance_options`` is a :class:`strata.enhance.EnhanceOptions`.
+
+    Instead of a bound, ``target_psnr`` (dB), ``target_ratio`` or ``target_ssim`` asks for a
+    quality or size: :func:`strata.quality.compress_to_target` picks the bound with the quality
+    predictor and corrects it with at most three compressions; the stream records the target
+    and the value reached (``strata info``, :attr:`strata.lossy.LossyReader.target`).
     """
+    targets = {m: v for m, v in (("psnr", target_psnr), ("ratio", target_ratio), ("ssim", target_ssim))
+               if v is not None}
+    if targets:
+        from .errors import InvalidInputError
+
+        if len(targets) > 1 or abs_error is not None or rel_error is not None:
+            raise InvalidInputError("give one of abs_error, rel_error, target_psnr, target_ratio, target_ssim")
+        if enhance is not None or enhance_options is not None:
+            raise InvalidInputError("a quality target and enhance do not combine")
+        from .quality import compress_to_target
+
+        (metric, value), = targets.items()
+        return compress_to_target(array, metric=metric, target=value, mask=mask, fill_value=fill_value,
+                                  metadata=metadata)
     if enhance is not None:
         from .enhance import compress as _enhanced
 

@@ -426,9 +426,11 @@ class Variable:
     metadata: dict | None = None
     packing: Packing | None = None
 
-    def compress(self, *, abs_error=None, rel_error=None, progress=None, enhance=None) -> bytes:
+    def compress(self, *, abs_error=None, rel_error=None, progress=None, enhance=None, target=None) -> bytes:
         """:func:`strata.lossy.compress` with this variable's mask, fill value and metadata
-        (:func:`strata.enhance.compress` with ``enhance="1x"`` or ``"2x"``).
+        (:func:`strata.enhance.compress` with ``enhance="1x"`` or ``"2x"``; with ``target``, a
+        ``(metric, value)`` pair such as ``("psnr", 60)``,
+        :func:`strata.quality.compress_to_target`).
 
         For packed data the bound is tightened so that repacking on write keeps it (see the
         module's docstring); the stream's header gives the bound in force.
@@ -439,6 +441,13 @@ class Variable:
         """
         from .lossy import compress
 
+        if target is not None:
+            if self.packing is not None:
+                raise InvalidInputError("a quality target is not supported for packed (scale_factor) data")
+            from . import compress as to_target
+
+            return to_target(self.data, mask=self.mask, fill_value=self.fill_value, metadata=self.metadata,
+                             **{f"target_{target[0]}": target[1]})
         if self.packing is not None:
             abs_error, rel_error = self.packing.safe_bound(self.data, abs_error, rel_error)
         if enhance is not None:

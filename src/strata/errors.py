@@ -44,3 +44,8 @@ class NonFiniteValueError(InvalidInputError):
 class MissingDependencyError(StrataError, ImportError):
     """An optional dependency needed by the requested feature is not installed; the message
     names the extra to install (e.g. ``pip install 'strata[torch]'``)."""
+
+
+class ModelFileError(StrataError, ValueError):
+    """A learned model file (``strata.quality``'s predictors) is missing, of another format or
+    version, or fails validation (digest, shapes, non-finite weights)."""

@@ -9,6 +9,9 @@ import math
 
 import numpy as np
 
+#: SSIM window edge (skimage's default, Wang et al. 2004 use an 11 x 11 Gaussian).
+WINDOW = 7
+
 
 def _pair(original, decoded):
     a = np.asarray(original)
@@ -55,6 +58,73 @@ def nrmse(original, decoded) -> float:
     r = value_range(original)
     e = math.sqrt(mse(original, decoded))
     return e / r if r else (0.0 if e == 0 else math.inf)
+
+
+def ssim(original, decoded, *, missing=None) -> float:
+    """Mean structural similarity (SSIM, Wang et al., IEEE TIP 2004) of the 2D slices over the
+    last two axes, by ``skimage.metrics.structural_similarity`` (7 x 7 uniform windows,
+    sample covariances, ``data_range`` = the original's value range, K1 0.01, K2 0.03), averaged
+    over every window of every slice (a 3D array of shape (n0, n1, n2) is n0 slices; more axes
+    are folded into the first).
+
+    Windows holding a non-finite value of the original or a point of ``missing`` (boolean, of
+    the array's shape) are left out; at least one window must remain.
+
+    Raises:
+        InvalidInputError: shapes differ, fewer than two axes, a slice side shorter than 7,
+            no complete window of valid values.
+        MissingDependencyError: scikit-image is not installed (``strata[quality]``).
+    """
+    from .errors import InvalidInputError, MissingDependencyError
+
+    try:
+        from skimage.metrics import structural_similarity
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MissingDependencyError("SSIM needs scikit-image: pip install 'strata[quality]'") from exc
+    a = np.asarray(original)
+    b = np.asarray(decoded)
+    if a.shape != b.shape:
+        raise InvalidInputError(f"shapes differ: {a.shape} vs {b.shape}")
+    if a.ndim < 2 or min(a.shape[-2:]) < WINDOW:
+        raise InvalidInputError(f"SSIM needs 2D slices of at least {WINDOW} x {WINDOW} values, not shape {a.shape}")
+    a = a.reshape((-1,) + a.shape[-2:])
+    b = b.reshape(a.shape)
+    bad = ~np.isfinite(a)
+    if missing is not None:
+        bad = bad | np.broadcast_to(np.asarray(missing, dtype=bool), original.shape).reshape(a.shape)
+    r = value_range(np.where(bad, np.nan, a))
+    if r == 0:
+        r = 1.0  # (a constant field: SSIM compares against a unit range)
+    pad = WINDOW // 2
+    total, count = 0.0, 0
+    for x, y, m in zip(a, b, bad):
+        if not m.any():
+            s = structural_similarity(x.astype(np.float64), y.astype(np.float64), data_range=r, win_size=WINDOW)
+            n = (x.shape[0] - 2 * pad) * (x.shape[1] - 2 * pad)
+            total, count = total + s * n, count + n
+            continue
+        x = np.where(m, 0.0, x.astype(np.float64))
+        y = np.where(m | ~np.isfinite(y), 0.0, y.astype(np.float64))
+        _, smap = structural_similarity(x, y, data_range=r, win_size=WINDOW, full=True)
+        win_bad = _window_sum(m, WINDOW)[pad:-pad, pad:-pad] > 0
+        inner = smap[pad:-pad, pad:-pad]
+        total, count = total + float(inner[~win_bad].sum()), count + int((~win_bad).sum())
+    if count == 0:
+        raise InvalidInputError("SSIM: no 7 x 7 window of valid values")
+    return total / count
+
+
+def _window_sum(m: np.ndarray, w: int) -> np.ndarray:
+    """Number of marked points in the ``w`` x ``w`` window centred on each point (0 outside)."""
+    c = np.pad(m.astype(np.int64), ((1, 0), (1, 0))).cumsum(0).cumsum(1)
+    out = np.zeros(m.shape, np.int64)
+    h = w // 2
+    n0, n1 = m.shape
+    i0, i1 = np.arange(n0), np.arange(n1)
+    lo0, hi0 = np.clip(i0 - h, 0, n0), np.clip(i0 + h + 1, 0, n0)
+    lo1, hi1 = np.clip(i1 - h, 0, n1), np.clip(i1 + h + 1, 0, n1)
+    out[:] = (c[hi0][:, hi1] - c[lo0][:, hi1] - c[hi0][:, lo1] + c[lo0][:, lo1])
+    return out
 
 
 def compression_ratio(original_bytes: int, compressed_bytes: int) -> float:

@@ -42,22 +42,32 @@ def mse(original, decoded) -> float:
     return float(np.mean(np.square(a - b))) if a.size else 0.0
 
 
+def _nmse(original, decoded) -> float:
+    """Mean squared error over the value range squared, computed in units of the range (no
+    overflow or underflow for data far from 1); inf for a constant original with errors."""
+    a, b = _pair(original, decoded)
+    if not a.size:
+        return 0.0
+    lo, hi = float(a.min()), float(a.max())
+    m = max(abs(lo), abs(hi))
+    if m == 0 or hi == lo:
+        return 0.0 if np.array_equal(a, b) else math.inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = a / m - b / m  # (the range itself may overflow float64)
+        return float(np.mean(np.square(d))) / (hi / m - lo / m) ** 2
+
+
 def psnr(original, decoded) -> float:
     """Peak signal-to-noise ratio in dB: ``20 log10(range) - 10 log10(MSE)`` (inf if exact)."""
-    e = mse(original, decoded)
-    r = value_range(original)
+    e = _nmse(original, decoded)
     if e == 0:
         return math.inf
-    if r == 0:
-        return -math.inf
-    return 20 * math.log10(r) - 10 * math.log10(e)
+    return -10 * math.log10(e) if math.isfinite(e) else -math.inf
 
 
 def nrmse(original, decoded) -> float:
     """Root-mean-square error divided by the value range."""
-    r = value_range(original)
-    e = math.sqrt(mse(original, decoded))
-    return e / r if r else (0.0 if e == 0 else math.inf)
+    return math.sqrt(_nmse(original, decoded))
 
 
 def ssim(original, decoded, *, missing=None) -> float:
@@ -87,11 +97,15 @@ def ssim(original, decoded, *, missing=None) -> float:
         raise InvalidInputError(f"shapes differ: {a.shape} vs {b.shape}")
     if a.ndim < 2 or min(a.shape[-2:]) < WINDOW:
         raise InvalidInputError(f"SSIM needs 2D slices of at least {WINDOW} x {WINDOW} values, not shape {a.shape}")
+    shape = a.shape
     a = a.reshape((-1,) + a.shape[-2:])
     b = b.reshape(a.shape)
     bad = ~np.isfinite(a)
     if missing is not None:
-        bad = bad | np.broadcast_to(np.asarray(missing, dtype=bool), original.shape).reshape(a.shape)
+        try:
+            bad = bad | np.broadcast_to(np.asarray(missing, dtype=bool), shape).reshape(a.shape)
+        except ValueError as exc:
+            raise InvalidInputError(f"missing mask of shape {np.shape(missing)} does not fit shape {shape}") from exc
     r = value_range(np.where(bad, np.nan, a))
     if r == 0:
         r = 1.0  # (a constant field: SSIM compares against a unit range)

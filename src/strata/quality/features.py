@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 from numba import njit
@@ -37,12 +38,14 @@ from ..lossy.partition import as_3d_shape
 #: the last stride's residuals).
 STRIDES = (1, 2, 4, 8)
 #: Residuals sampled per (stride, axis).
-SAMPLES_PER_GROUP = 1024
+SAMPLES_PER_GROUP = 512
 #: Consecutive predicted points of one run (spacing 2 x stride).
 RUN = 16
 #: SSIM window edge and number of sampled windows (skimage's default window is 7).
 WINDOW = 7
-WINDOWS = 1024
+WINDOWS = 512
+#: Values sampled for the standard deviation.
+STD_SAMPLES = 2048
 #: SSIM's stabilizing constants as shares of the value range (Wang et al. 2004, Eq. 7).
 K1, K2 = 0.01, 0.03
 #: Quantization bins of the entropy estimate (beyond: unpredictable values).
@@ -65,13 +68,14 @@ class Features:
         n_valid: number of valid (finite, non-missing) values.
         missing_share: share of missing values (NaN, fill value, mask) in [0, 1].
         value_range: max - min of the valid values (data unit).
-        std: standard deviation of the sampled valid values (data unit).
+        std: standard deviation of the sampled valid values, in units of the value range.
         residuals: float64 array (len(STRIDES), 3, SAMPLES_PER_GROUP): open-loop cubic
-            interpolation residuals (data unit), NaN where no point was sampled.
-        flat: bool array (k, 3): the pass settings the compressor's tuner tries, as flat-axis
-            choices (:func:`strata.lossy.tune.candidates`); the first refines no axis first.
-        window_var: float64 (WINDOWS,): variances of the sampled SSIM windows (unit^2), NaN
-            where a window held a missing value.
+            interpolation residuals in units of the value range (the features do not depend
+            on the data's unit), NaN where no point was sampled.
+        flat: bool array (k, 3): the flat-axis settings the compressor's tuner would try
+            (:func:`_flat_candidates`); the first refines no axis first.
+        window_var: float64 (WINDOWS,): variances of the sampled SSIM windows in units of the
+            value range squared (computed on values in range units), NaN where a window held a missing value.
     """
 
     shape: tuple
@@ -86,29 +90,38 @@ class Features:
     window_var: np.ndarray
 
     def save(self, path) -> None:
-        """Write the features to ``path`` (``.npz``, no pickled objects)."""
-        np.savez(path, **{f.name: np.asarray(getattr(self, f.name)) for f in fields(self)})
+        """Write the features to ``path`` (an ``.npz`` archive of plain arrays, at exactly
+        that path), atomically."""
+        import io
+
+        from ..container import atomic_write
+
+        buf = io.BytesIO()
+        np.savez(buf, **{f.name: np.asarray(getattr(self, f.name)) for f in fields(self)})
+        atomic_write(path, buf.getvalue())
 
     @classmethod
     def load(cls, path) -> Features:
         """Read features written by :meth:`save`.
 
         Raises:
-            InvalidInputError: the file is not such a feature file.
+            InvalidInputError: the file is missing or is not such a feature file.
         """
         try:
             with np.load(path, allow_pickle=False) as z:
-                kw = {f.name: z[f.name] for f in fields(cls)}
-        except (OSError, KeyError, ValueError) as exc:
-            raise InvalidInputError(f"not a strata.quality feature file: {exc}") from exc
-        out = cls(shape=tuple(int(n) for n in kw["shape"]), itemsize=int(kw["itemsize"]),
-                  long_axes=int(kw["long_axes"]), n_valid=int(kw["n_valid"]),
-                  missing_share=float(kw["missing_share"]), value_range=float(kw["value_range"]),
-                  std=float(kw["std"]), residuals=kw["residuals"].astype(np.float64),
-                  flat=kw["flat"].astype(np.bool_), window_var=kw["window_var"].astype(np.float64))
+                kw = {f.name: np.asarray(z[f.name]) for f in fields(cls)}
+            out = cls(shape=tuple(int(n) for n in kw["shape"].astype(np.int64)), itemsize=int(kw["itemsize"]),
+                      long_axes=int(kw["long_axes"]), n_valid=int(kw["n_valid"]),
+                      missing_share=float(kw["missing_share"]), value_range=float(kw["value_range"]),
+                      std=float(kw["std"]), residuals=kw["residuals"].astype(np.float64),
+                      flat=kw["flat"].astype(np.bool_), window_var=kw["window_var"].astype(np.float64))
+        except Exception as exc:  # (zip, npy, missing keys, wrong kinds: all mean "not a feature file")
+            raise InvalidInputError(f"{path} is not a strata.quality feature file: {exc}") from exc
         if (out.residuals.shape != (len(STRIDES), 3, SAMPLES_PER_GROUP) or out.flat.ndim != 2 or out.flat.shape[1] != 3
-                or out.window_var.shape != (WINDOWS,) or out.itemsize not in (4, 8)):
-            raise InvalidInputError("feature file of another layout")
+                or not len(out.flat) or out.window_var.shape != (WINDOWS,) or out.itemsize not in (4, 8)
+                or not math.isfinite(out.value_range) or out.value_range < 0 or not 0 <= out.missing_share <= 1
+                or any(n < 0 for n in out.shape)):
+            raise InvalidInputError(f"{path}: a feature file of another layout or with values out of range")
         return out
 
     @property
@@ -120,36 +133,38 @@ class Features:
 
         Returns a dict: ``bits`` (estimated bits/value of the quantization codes, order-0
         entropy plus unpredictable values, over the valid values), ``zero_share`` (share of
-        codes in the zero bin), ``mse`` (estimated mean squared error, unit^2), ``psnr``
-        (dB, from ``mse`` and the value range), ``ssim`` (mean SSIM from the window variances
-        and ``mse``). Where the compressor's tuner may refine a short, rough axis first
-        (``flat``), the smaller of the two estimates is taken.
+        codes in the zero bin), ``nmse`` (estimated mean squared error over the value range
+        squared), ``psnr`` (dB), ``ssim`` (mean SSIM from the window variances and the error).
+        Where the compressor's tuner may refine a short, rough axis first (``flat``), the
+        smaller of the two estimates is taken.
         """
-        group = _group_estimates(self.residuals, float(eb), self.itemsize)  # (S, 3, 3): bits, mse, zero
+        e = eb / self.value_range if self.value_range > 0 else 1.0
+        group = _group_estimates(self.residuals, e, 8 * self.itemsize, _closed_loop_noise())  # (S, 3, 3)
+        sampled = np.isfinite(group[..., 0])
         best = None
         for flat in self.flat:
-            w = _weights(as_3d_shape(self.shape), tuple(bool(f) for f in flat)) * np.isfinite(group[..., 0])
+            w = _weights(as_3d_shape(self.shape), tuple(bool(f) for f in flat)) * sampled
             if w.sum() == 0:
                 continue
-            est = (np.nan_to_num(group) * w[..., None]).sum(axis=(0, 1)) / w.sum()
+            est = (np.where(sampled[..., None], group, 0.0) * w[..., None]).sum(axis=(0, 1)) / w.sum()
             if best is None or est[0] < best[0]:
                 best = est
         if best is None:  # nothing sampled (tiny or almost all missing): every value its own bin
-            best = np.array([8.0 * self.itemsize, eb * eb / 3, 0.0])
-        bits, mse, zero = (float(v) for v in best)
-        vr = self.value_range
-        psnr = 20 * math.log10(vr) - 10 * math.log10(mse) if vr > 0 and mse > 0 else math.inf
-        return dict(bits=bits, zero_share=zero, mse=mse, psnr=psnr, ssim=self.ssim_at(mse))
+            best = np.array([8.0 * self.itemsize, e * e / 3, 0.0])
+        bits, nmse, zero = (float(v) for v in best)
+        psnr = -10 * math.log10(nmse) if nmse > 0 else math.inf
+        return dict(bits=bits, zero_share=zero, nmse=nmse, psnr=psnr, ssim=self.ssim_at(nmse))
 
-    def ssim_at(self, mse: float) -> float:
-        """SSIM of the windows if each got independent errors of mean square ``mse``: with
-        ``sy^2 = sx^2 + mse`` and ``sxy = sx^2`` the contrast-structure term is
-        ``(2 sx^2 + C2) / (2 sx^2 + mse + C2)``; the luminance term is taken as 1."""
+    def ssim_at(self, nmse: float) -> float:
+        """SSIM of the windows if each got independent errors of mean square ``nmse`` (over the
+        value range squared): with ``sy^2 = sx^2 + nmse`` and ``sxy = sx^2`` the
+        contrast-structure term is ``(2 sx^2 + C2) / (2 sx^2 + nmse + C2)``, ``C2 = K2^2``;
+        the luminance term is taken as 1."""
         v = self.window_var[np.isfinite(self.window_var)]
         if not v.size:
             return 1.0
-        c2 = (K2 * self.value_range) ** 2
-        return float(np.mean((2 * v + c2) / (2 * v + mse + c2)))
+        c2 = K2 * K2
+        return float(np.mean((2 * v + c2) / (2 * v + nmse + c2)))
 
 
 def features(array, *, mask=None, fill_value=None) -> Features:
@@ -185,26 +200,55 @@ def features(array, *, mask=None, fill_value=None) -> Features:
         miss = miss.view(np.uint8)
     else:
         miss = missing.NO_MISSING
-    n_valid, lo, hi = _scan(flat, miss)
+    lo = hi = math.nan
+    if not miss.size:  # (numpy's vectorized min/max; NaN or inf in the data: the scan below)
+        lo, hi = float(flat.min()), float(flat.max())
+    if math.isfinite(lo) and math.isfinite(hi):
+        n_valid = a.size
+    else:
+        n_valid, lo, hi = _scan(flat, miss)
     if n_valid == 0:
         raise InvalidInputError("every value is missing: nothing to predict")
     n_missing = a.size - n_valid
+    vrange = float(hi) - float(lo)
+    if not math.isfinite(vrange):
+        raise InvalidInputError("the valid values' range overflows float64")
+    unit = vrange if vrange > 0 else 1.0
     a3 = a.reshape(as_3d_shape(a.shape))
     m3 = miss.reshape(a3.shape) if miss.size else np.zeros((1, 1, 1), np.uint8)
     rng = np.random.default_rng(SEED)
     residuals = np.full((len(STRIDES), 3, SAMPLES_PER_GROUP), np.nan)
     starts = rng.random((len(STRIDES), 3, SAMPLES_PER_GROUP // RUN, 3))
     _residuals(a3, m3, miss.size > 0, np.array(STRIDES, np.int64), starts, residuals)
-    flats = np.array([c.flat for c in tune.candidates(a3)], np.bool_).reshape(-1, 3)
+    flats = _flat_candidates(a3.shape, residuals)
     window_var = np.full(WINDOWS, np.nan)
-    _windows(a3, m3, miss.size > 0, rng.random((WINDOWS, 3)), window_var)
-    std = _sample_std(a3, m3, miss.size > 0, rng.random((4096, 3)))
+    _windows(a3, m3, miss.size > 0, float(lo), unit, rng.random((WINDOWS, 3)), window_var)
+    std = _sample_std(a3, m3, miss.size > 0, float(lo), unit, rng.random((STD_SAMPLES, 3)))  # (in range units)
+    residuals /= unit
     long_axes = sum(n > 1 for n in a3.shape)
     return Features(shape=tuple(a.shape), itemsize=a.dtype.itemsize, long_axes=long_axes, n_valid=n_valid,
-                    missing_share=n_missing / a.size, value_range=float(hi) - float(lo), std=std, residuals=residuals,
+                    missing_share=n_missing / a.size, value_range=vrange, std=std, residuals=residuals,
                     flat=flats, window_var=window_var)
 
 
+def _flat_candidates(shape, residuals: np.ndarray) -> np.ndarray:
+    """The flat-axis settings strata's tuner would try (:func:`strata.lossy.tune.candidates`:
+    a short axis across which the data vary ``ROUGH_RATIO`` times more than along the others),
+    judged by the mean absolute stride-1 residual along each axis: bool (k, 3), first row
+    none flat."""
+    with np.errstate(invalid="ignore"):
+        rough = [float(np.nanmean(np.abs(residuals[0, d]))) if np.isfinite(residuals[0, d]).any() else math.nan
+                 for d in range(3)]
+    out = [(False, False, False)]
+    for d, n in enumerate(shape):
+        others = [rough[e] for e in range(3) if e != d and shape[e] > 1 and math.isfinite(rough[e])]
+        if 2 <= n <= tune.FLAT_MAX and math.isfinite(rough[d]) and others \
+                and rough[d] > tune.ROUGH_RATIO * max(others):
+            out.append(tuple(e == d for e in range(3)))
+    return np.array(out, np.bool_)
+
+
+@lru_cache(maxsize=256)
 def _weights(shape, flat) -> np.ndarray:
     """Share of the points predicted at each sampled stride along each axis: a step of
     stride ``s`` refines the axes in order 0, 1, 2 (each pass doubles the points), the
@@ -287,28 +331,34 @@ def _residuals(a3, m3, has_missing, strides, starts, out):
 
 
 @njit(nogil=True, cache=True)
-def _windows(a3, m3, has_missing, starts, out):
+def _windows(a3, m3, has_missing, lo, unit, starts, out):
     """Sample variance (as skimage's SSIM) of ``WINDOW`` x ``WINDOW`` windows in the last
-    two axes (the whole extent of a shorter axis); NaN where a window holds a missing value."""
+    two axes (the whole extent of a shorter axis), of the values in units of the range
+    (``(x - lo) / unit``); NaN where a window holds a missing value."""
     n = a3.shape
     w1, w2 = min(WINDOW, n[1]), min(WINDOW, n[2])
     m = w1 * w2
-    q = np.zeros(3, np.int64)
-    vals = np.empty(m)
     for r in range(starts.shape[0]):
-        q[0] = int(starts[r, 0] * n[0])
+        i = int(starts[r, 0] * n[0])
         j0 = int(starts[r, 1] * (n[1] - w1 + 1))
         k0 = int(starts[r, 2] * (n[2] - w2 + 1))
-        c = 0
+        total = 0.0
+        ok = True
+        for j in range(j0, j0 + w1):  # (two passes: values far from 0 keep their small spread)
+            for k in range(k0, k0 + w2):
+                v = a3[i, j, k]
+                if (has_missing and m3[i, j, k]) or not np.isfinite(v):
+                    ok = False
+                total += (v - lo) / unit
+        if not ok:
+            continue
+        mean = total / m
+        sq = 0.0
         for j in range(j0, j0 + w1):
             for k in range(k0, k0 + w2):
-                q[1], q[2] = j, k
-                ok, v = _at(a3, m3, has_missing, q)
-                if ok:
-                    vals[c] = v
-                    c += 1
-        if c == m:
-            out[r] = _variance(vals) * m / max(1, m - 1)
+                d = (a3[i, j, k] - lo) / unit - mean
+                sq += d * d
+        out[r] = sq / max(1, m - 1)
 
 
 @njit(nogil=True, cache=True)
@@ -319,7 +369,7 @@ def _variance(v):
 
 
 @njit(nogil=True, cache=True)
-def _sample_std(a3, m3, has_missing, starts):
+def _sample_std(a3, m3, has_missing, lo, unit, starts):
     n = a3.shape
     q = np.zeros(3, np.int64)
     vals = np.empty(starts.shape[0])
@@ -329,31 +379,60 @@ def _sample_std(a3, m3, has_missing, starts):
             q[e] = int(starts[r, e] * n[e])
         ok, v = _at(a3, m3, has_missing, q)
         if ok:
-            vals[c] = v
+            vals[c] = (v - lo) / unit
             c += 1
     return np.sqrt(_variance(vals[:c])) if c >= 2 else 0.0
 
 
-def _group_estimates(residuals: np.ndarray, eb: float, itemsize: int) -> np.ndarray:
+@njit(nogil=True, cache=True)
+def _group_estimates(residuals, e, raw_bits, noise):
     """``(S, 3, 3)``: bits/value, mean squared error and zero-bin share of each sampled
-    (stride, axis) group quantized with bound ``eb`` (NaN for a group without samples)."""
-    z = _closed_loop_noise()
-    out = np.full(residuals.shape[:2] + (3,), np.nan)
-    for si in range(residuals.shape[0]):
-        for d in range(3):
-            r = residuals[si, d]
-            keep = np.isfinite(r)
-            if not keep.any():
+    (stride, axis) group quantized with bound ``e`` (residuals and ``e`` in units of the value
+    range; NaN for a group without samples). Reconstructed neighbours carry the quantization
+    error: ``noise`` (units of the bound) is added to each residual."""
+    s_n, d_n, n = residuals.shape
+    out = np.full((s_n, d_n, 3), np.nan)
+    q = np.empty(n)
+    for si in range(s_n):
+        for d in range(d_n):
+            c = 0
+            sq = 0.0
+            zero = 0
+            big = 0
+            for k in range(n):
+                r = residuals[si, d, k]
+                if not np.isfinite(r):
+                    continue
+                rc = r + e * noise[k]
+                b = np.rint(rc / (2 * e))
+                if abs(b) > RADIUS - 1:  # an unpredictable value: stored whole, no error
+                    big += 1
+                    continue
+                err = rc - 2 * e * b
+                sq += err * err
+                zero += b == 0
+                q[c] = b
+                c += 1
+            m = c + big
+            if m == 0:
                 continue
-            # reconstructed neighbours carry the quantization error (uniform in +-eb)
-            rc = r[keep] + eb * z[keep]
-            q = np.rint(rc / (2 * eb))
-            big = np.abs(q) > RADIUS - 1
-            _, counts = np.unique(q[~big], return_counts=True)
-            p = counts / rc.size
-            bits = float(-(p * np.log2(p)).sum()) + float(big.mean()) * 8 * itemsize
-            err = np.where(big, 0.0, rc - 2 * eb * q)
-            out[si, d] = bits, float(np.mean(err * err)), float(np.mean(q == 0))
+            srt = np.sort(q[:c])
+            h = 0.0
+            run = 1
+            bins = 0
+            for k in range(1, c + 1):
+                if k < c and srt[k] == srt[k - 1]:
+                    run += 1
+                    continue
+                p = run / m
+                h -= p * np.log2(p)
+                run = 1
+                bins += 1
+            # Miller-Madow: the plug-in entropy of m draws is low by about (bins - 1) / (2 m ln 2)
+            h += max(0, bins - 1) / (2 * m * np.log(2.0))
+            out[si, d, 0] = h + big / m * raw_bits
+            out[si, d, 1] = sq / m
+            out[si, d, 2] = zero / m
     return out
 
 

@@ -47,9 +47,8 @@ def inputs(f: Features, eb: float) -> tuple[np.ndarray, dict]:
     """``(x, estimate)``: the stage-2 input vector (float64, ``len(INPUTS)``) of features ``f``
     at absolute bound ``eb`` (> 0), and :meth:`Features.at`'s estimate."""
     est = f.at(eb)
-    vr = f.value_range
-    rel = eb / vr
-    r = f.residuals
+    rel = eb / f.value_range
+    r = f.residuals  # (in units of the value range, as the other sampled features)
     mean_abs = [float(np.nanmean(np.abs(r[s]))) if np.isfinite(r[s]).any() else math.nan for s in range(r.shape[0])]
 
     def lg(v, floor=1e-12):
@@ -70,20 +69,24 @@ def inputs(f: Features, eb: float) -> tuple[np.ndarray, dict]:
         f.itemsize / 8,
         f.long_axes,
         f.missing_share,
-        lg(f.std / vr),
-        lg(mean_abs[0] / vr),
+        lg(f.std),
+        lg(mean_abs[0]),
         slope(mean_abs[0], mean_abs[1]),
         slope(mean_abs[1], mean_abs[2]),
         float(len(f.flat) > 1 and f.flat[1:].any()),
-        lg(math.sqrt(float(np.median(win))) / vr) if win.size else -12.0,
+        lg(math.sqrt(float(np.median(win)))) if win.size else -12.0,
     ])
     return x, est
 
 
+#: Bytes of a stream that do not grow with the data (container and level headers, tables).
+FIXED_BYTES = 120
+
+
 def _stream_bits(f: Features, est: dict) -> float:
-    """Estimated bits per value of the whole array: the valid values' codes (missing values
-    cost their mask, which the learned part accounts for)."""
-    return max(est["bits"] * (1 - f.missing_share), MIN_BITS)
+    """Estimated bits per value of the whole array: the valid values' codes and the stream's
+    fixed bytes (missing values cost their mask, which the learned part accounts for)."""
+    return max(est["bits"] * (1 - f.missing_share), MIN_BITS) + 8 * FIXED_BYTES / f.n_values
 
 
 def baseline(metric: str, f: Features, est: dict) -> float:
@@ -139,8 +142,10 @@ class Mixture:
         g = z @ self.gate_w + self.gate_b
         g = np.exp(g - g.max(axis=1, keepdims=True))
         g /= g.sum(axis=1, keepdims=True)
-        h = np.tanh(np.einsum("mn,knh->mkh", z, self.w1) + self.b1)
-        e = np.einsum("mkh,kh->mk", h, self.w2) + self.b2
+        k, n, hidden = self.w1.shape
+        w1 = self.w1.transpose(1, 0, 2).reshape(n, k * hidden)
+        h = np.tanh((z @ w1).reshape(-1, k, hidden) + self.b1)
+        e = (h * self.w2).sum(axis=2) + self.b2
         return (g * e).sum(axis=1) * self.out_scale + self.out_mean
 
     ARRAYS = ("mean", "scale", "gate_w", "gate_b", "w1", "b1", "w2", "b2")
@@ -237,6 +242,10 @@ def _load(path: str) -> Predictors:
             parts = {k: np.asarray(arrays[f"{name}/{k}"], np.float64) for k in Mixture.ARRAYS + ("out",)}
         except KeyError as exc:
             raise ModelFileError(f"{p}: predictor {name} lacks {exc}") from exc
+        except (TypeError, ValueError) as exc:
+            raise ModelFileError(f"{p}: predictor {name} holds non-numeric arrays") from exc
+        if parts["gate_b"].ndim != 1 or parts["b1"].ndim != 2:
+            raise ModelFileError(f"{p}: {name} has gate or hidden biases of the wrong rank")
         k_experts = parts["gate_b"].shape[0] if parts["gate_b"].ndim == 1 else -1
         h = parts["b1"].shape[1] if parts["b1"].ndim == 2 else -1
         want = dict(mean=(n,), scale=(n,), gate_w=(n, k_experts), gate_b=(k_experts,), w1=(k_experts, n, h),

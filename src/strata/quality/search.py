@@ -22,8 +22,9 @@ from .predict import curve
 
 #: Compressions a search may run.
 MAX_COMPRESSIONS = 3
-#: A result this close to the target ends the search (dB; share of the ratio; SSIM).
-TOLERANCE = {"psnr": 0.2, "ratio": 0.02, "ssim": 0.0005}
+#: A result this close to the target ends the search: dB; share of the ratio; share of the
+#: dissimilarity 1 - SSIM.
+TOLERANCE = {"psnr": 0.2, "ratio": 0.02, "ssim": 0.05}
 #: Relative bounds the predicted curve is evaluated at (half-decade steps).
 GRID = tuple(10.0 ** (-k / 2) for k in range(2, 17))
 
@@ -109,8 +110,8 @@ def compress_to_target(array, *, metric: str, target, mask=None, fill_value=None
         tried.append((math.log10(rel) if rel else -math.inf, _as_target(metric, value), blob, value))
         return value
 
-    if f.value_range == 0:
-        run(None)  # (a constant field is exact at any bound)
+    if f.value_range == 0 or (metric == "ssim" and goal == 1):
+        run(None)  # (a constant field is exact at any bound; SSIM 1 asks for exact values)
     else:
         logs = np.log10(np.array(GRID))
         predicted = np.array([_as_target(metric, v) for v in
@@ -145,6 +146,8 @@ def compress_to_target(array, *, metric: str, target, mask=None, fill_value=None
 def _close(metric: str, value: float, goal: float) -> bool:
     if metric == "ratio":
         return abs(value / goal - 1) <= TOLERANCE[metric]
+    if metric == "ssim":
+        return abs((1 - value) / (1 - goal) - 1) <= TOLERANCE[metric]
     return abs(value - goal) <= TOLERANCE[metric]
 
 

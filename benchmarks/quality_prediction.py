@@ -254,10 +254,12 @@ def _target_summary(rows) -> dict:
 
 
 def markdown(r: dict) -> str:
-    def cell(d, metric):
-        if not d.get(metric):
+    def cell(d, key, metric=None):
+        """``d[key]``'s median / p90 in ``metric``'s unit (default: the key's)."""
+        if not d.get(key):
             return "-"
-        s = d[metric]
+        s = d[key]
+        metric = metric or key
         if metric == "ratio":
             return f"{s['median']:.1f} % / {s['p90']:.1f} %"
         if metric == "psnr":
@@ -285,7 +287,7 @@ def markdown(r: dict) -> str:
               f"median {sp['median_blocks']:.0f} blocks)", "", "| metric | sampling | strata.quality |",
               "|---|---|---|"]
     for metric in model.METRICS:
-        lines.append(f"| {metric} | {cell(sp[metric], 'sampling')} | {cell(sp[metric], 'predicted')} |")
+        lines.append(f"| {metric} | {cell(sp[metric], 'sampling', metric)} | {cell(sp[metric], 'predicted', metric)} |")
     t = r["target_psnr"]
     lines += ["", "## target_psnr (40, 60, 80 dB) on held-out samples", "",
               f"{t['cases']} cases: {100 * t['within_half_db']:.0f} % within +-0.5 dB (median |miss| "

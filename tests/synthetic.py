@@ -1,4 +1,5 @@
-"""Synthetic fields for the tests, the fuzzer's bases and the golden streams."""
+"""Synthetic fields for the tests, the fuzzer's bases and the golden streams; a bit-exact
+comparison of arrays."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,3 +17,10 @@ def waves(shape, seed=0, dtype=np.float32, fmax=0.6, noise=0.0):
     if noise:
         a += noise * rng.standard_normal(shape)
     return a.astype(dtype)
+
+
+def same_bits(x, y) -> bool:
+    """Same shape, dtype and bits (NaN payloads and signed zeros included)."""
+    x, y = np.asarray(x), np.asarray(y)
+    return (x.shape == y.shape and x.dtype == y.dtype
+            and np.array_equal(x.view(f"u{x.dtype.itemsize}"), y.view(f"u{y.dtype.itemsize}")))

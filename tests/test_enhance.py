@@ -46,7 +46,7 @@ from strata.lossy import LossyReader
 from strata.lossy import codec as lossy_codec
 from strata.lossy.header import LossyHeader
 
-from .synthetic import waves
+from .synthetic import same_bits, waves
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Fast training: a fraction of a second per field.
@@ -83,15 +83,6 @@ def forced(a, mode="2x", **kw):
     kw.setdefault("rel_error", REL)
     with stored_always():
         return strata.compress(a, enhance=mode, enhance_options=kw.pop("options", OPTS), **kw)
-
-
-def bits(a):
-    a = np.asarray(a)
-    return a.view(f"u{a.dtype.itemsize}")
-
-
-def same_bits(x, y) -> bool:
-    return x.shape == y.shape and x.dtype == y.dtype and np.array_equal(bits(x), bits(y))
 
 
 def split(blob: bytes) -> tuple[bytes, bytes]:

@@ -23,7 +23,7 @@ from strata.lossy.codec import with_enhancement, with_target
 from strata.lossy.header import LossyHeader
 from strata.lossy.target import SIZE, TargetRecord
 
-from .synthetic import waves
+from .synthetic import same_bits, waves
 
 RECORD = TargetRecord("psnr", 60.0, 60.3, 2)
 
@@ -41,15 +41,6 @@ def missing():
     a[7, 7, 7] = -999.0
     a[0, 0, 1] = np.inf
     return a, strata.compress(a, abs_error=1e-2, fill_value=-999.0, metadata={"units": "K"})
-
-
-def bits(a):
-    a = np.asarray(a)
-    return a.view(f"u{a.dtype.itemsize}")
-
-
-def same(x, y) -> bool:
-    return x.shape == y.shape and x.dtype == y.dtype and np.array_equal(bits(x), bits(y))
 
 
 def parts(blob: bytes) -> tuple[LossyHeader, int]:
@@ -131,7 +122,7 @@ def test_round_trip_through_the_stream(plain):
     assert out[-SIZE:] == RECORD.to_bytes()  # after the levels
     with strata.open(out) as r, strata.open(blob) as r0:
         assert r.target == RECORD and r0.target is None
-        assert same(r.read(), r0.read())
+        assert same_bits(r.read(), r0.read())
         assert r.error_bound == r0.error_bound and r.valid_range == r0.valid_range
         assert [lv.compressed_bytes for lv in r.levels] == [lv.compressed_bytes for lv in r0.levels]
         # the levels keep their place: the header grew by one byte
@@ -151,9 +142,9 @@ def test_round_trip_with_missing_values_and_metadata(missing, tmp_path):
     with strata.open(path) as r, strata.open(blob) as r0:
         assert r.target == rec
         assert r.missing_count == r0.missing_count > 0 and r.metadata == {"units": "K"}
-        assert same(r.read(), r0.read())
+        assert same_bits(r.read(), r0.read())
         y, y0 = r.read(masked=True), r0.read(masked=True)
-        assert np.array_equal(y.mask, y0.mask) and same(y.data, y0.data)
+        assert np.array_equal(y.mask, y0.mask) and same_bits(y.data, y0.data)
         assert np.array_equal(r.read_mask(), r0.read_mask())
         assert np.array_equal(r.read_mask(region=(slice(1, 6), 15)), r0.read_mask(region=(slice(1, 6), 15)))
 
@@ -163,12 +154,12 @@ def test_progressive_and_region_reads_are_unaffected(missing):
     out = with_target(blob, TargetRecord("ssim", 0.999, 0.9995, 3))
     with strata.open(out) as r, strata.open(blob) as r0:
         for k in range(len(r0.levels)):
-            assert same(r.read(level=k), r0.read(level=k)), k
-            assert same(r.read(level=k, full_resolution=False), r0.read(level=k, full_resolution=False)), k
+            assert same_bits(r.read(level=k), r0.read(level=k)), k
+            assert same_bits(r.read(level=k, full_resolution=False), r0.read(level=k, full_resolution=False)), k
         for region in [(slice(2, 9), slice(5, 33), slice(None)), (4,), (slice(None), 17, slice(3, 28, 2)),
                        (slice(0, 0),), (-1, -1, -1)]:
-            assert same(r.read(region=region), r0.read(region=region)), region
-        assert same(r.read_block((1, 2, 3), (9, 30, 20))[0], r0.read_block((1, 2, 3), (9, 30, 20))[0])
+            assert same_bits(r.read(region=region), r0.read(region=region)), region
+        assert same_bits(r.read_block((1, 2, 3), (9, 30, 20))[0], r0.read_block((1, 2, 3), (9, 30, 20))[0])
 
 
 def test_empty_array_and_scalar_streams(plain):
@@ -236,12 +227,12 @@ def test_target_goes_before_the_enhancement_section(enhanced):
                                                                       e0.psnr_enhanced)
         assert np.array_equal(e.quantized, e0.quantized)
         y = r.read()
-        assert same(y, r0.read())  # enhanced
-        assert same(r.read(enhance=False), r0.read(enhance=False))
-        assert not same(y, r.read(enhance=False))
+        assert same_bits(y, r0.read())  # enhanced
+        assert same_bits(r.read(enhance=False), r0.read(enhance=False))
+        assert not same_bits(y, r.read(enhance=False))
         region = (slice(1, 4), slice(3, 17), slice(-10, None))
-        assert same(r.read(region=region), y[region])
-        assert same(r.read(level=0), r0.read(level=0))
+        assert same_bits(r.read(region=region), y[region])
+        assert same_bits(r.read(level=0), r0.read(level=0))
         assert r.guaranteed_error == 2 * r.error_bound
 
 
@@ -270,7 +261,7 @@ def test_every_flipped_byte_of_the_section_is_refused(plain):
             with strata.open(bytes(bad)) as r:
                 with pytest.raises(CorruptStreamError, match="checksum mismatch in target section"):
                     _ = r.target
-                assert same(r.read(), expect)  # (information only: the values still decode)
+                assert same_bits(r.read(), expect)  # (information only: the values still decode)
 
 
 def test_crafted_sections_with_a_valid_crc_are_refused(plain):

@@ -314,7 +314,7 @@ def plot(rows: dict, path: Path) -> None:
     colors = {"strata": "tab:blue", "sz3": "tab:orange", "zfp": "tab:green"}
     for ax, metric in zip(axes, ("ratio", "psnr")):
         lo, hi = math.inf, -math.inf
-        for codec in qt.CODECS:
+        for codec in reversed(qt.CODECS):  # (strata drawn last, on top)
             if (codec, metric) not in rows:
                 continue
             p, m = (np.array(v) for v in rows[(codec, metric)])

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import time
 import warnings
 
 import pytest
@@ -120,6 +121,13 @@ def worker_run_and_die(rank: int, world: int, outdir: str) -> None:
         for s in range(KILL_AT, KILL_AT + 2):  # work done after the checkpoint and lost with the process
             train_step(case, s, net, sdp, sched, scaler)
     dist.barrier()
+    # every rank out of the barrier before any dies: a rank still inside a collective when its
+    # peer vanishes gets std::terminate from gloo (SIGABRT), which is not what is tested here
+    open(os.path.join(outdir, f"out_of_barrier.{rank}"), "w").close()
+    deadline = time.monotonic() + 60
+    while (not all(os.path.exists(os.path.join(outdir, f"out_of_barrier.{r}")) for r in range(world))
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
     os._exit(0)  # killed: no process-group teardown, no interpreter shutdown
 
 

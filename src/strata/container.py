@@ -54,6 +54,20 @@ def check_crc(data, expected: int, what: str) -> None:
         raise CorruptStreamError(f"checksum mismatch in {what}: the stream is corrupted")
 
 
+def checked_body(data, what: str, min_body: int = 0) -> memoryview:
+    """The body of a section that ends with the CRC-32 of the rest (``data``: bytes-like).
+
+    Raises:
+        CorruptStreamError: fewer than ``min_body`` + 4 bytes, or a checksum mismatch.
+    """
+    data = memoryview(data).cast("B")
+    if len(data) < min_body + 4:
+        raise CorruptStreamError(f"{what} of {len(data)} bytes is too short")
+    body = data[:-4]
+    check_crc(body, struct.unpack("<I", data[-4:])[0], what)
+    return body
+
+
 class Source:
     """Random access to a stream held in memory, in a file, or behind a file object.
 

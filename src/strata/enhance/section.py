@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..container import Reader, Writer, check_crc, crc32
+from ..container import Reader, Writer, checked_body, crc32
 from ..entropy import bytecoder
 from ..errors import CorruptStreamError
 from . import network
@@ -138,11 +138,7 @@ class Enhancement:
             CorruptStreamError: checksum mismatch, unknown version or mode, inconsistent
                 counts, non-finite scales or weights.
         """
-        data = memoryview(data).cast("B")
-        if len(data) < 4:
-            raise CorruptStreamError("enhancement section too short")
-        body = data[:-4]
-        check_crc(body, struct.unpack("<I", data[-4:])[0], "enhancement section")
+        body = checked_body(data, "enhancement section")
         r = Reader(body, "enhancement section")
         version, mode, stored = r.u8(), r.u8(), r.u8()
         if version != VERSION:

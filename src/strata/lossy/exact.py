@@ -14,7 +14,7 @@ import struct
 
 import numpy as np
 
-from ..container import Reader, Writer, check_crc, crc32
+from ..container import Reader, Writer, checked_body, crc32
 from ..errors import CorruptStreamError
 
 
@@ -39,11 +39,7 @@ def read(data, size: int, dtype) -> tuple[np.ndarray, np.ndarray]:
     Raises:
         CorruptStreamError: checksum mismatch or inconsistent section.
     """
-    data = memoryview(data).cast("B")
-    if len(data) < 4:
-        raise CorruptStreamError("exact-value section too short")
-    body = data[:-4]
-    check_crc(body, struct.unpack("<I", data[-4:])[0], "exact-value section")
+    body = checked_body(data, "exact-value section")
     r = Reader(body, "exact-value section")
     n = r.varint(size)
     if n > len(body):

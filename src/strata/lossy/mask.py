@@ -51,7 +51,7 @@ import numpy as np
 from numba import njit, prange
 
 from .._numba import pick, serial_variant, workers
-from ..container import Writer, check_crc, crc32
+from ..container import Writer, checked_body, crc32
 from ..entropy import binary, rans
 from ..errors import CorruptStreamError
 from .chunks import level_row
@@ -414,11 +414,7 @@ def parse_index(index_bytes, payload_len: int, n_chunks_expected: int) -> tuple[
         CorruptStreamError: CRC mismatch, wrong chunk count, lengths not adding up to
             ``payload_len``, truncated or trailing bytes.
     """
-    buf = np.frombuffer(bytes(index_bytes), np.uint8)
-    if len(buf) < 5:
-        raise CorruptStreamError("mask index too short")
-    check_crc(buf[:-4].tobytes(), struct.unpack("<I", buf[-4:].tobytes())[0], "mask index")
-    body = buf[:-4]
+    body = np.frombuffer(checked_body(bytes(index_bytes), "mask index", 1), np.uint8)
     head, pos = _read_lengths(body, 0, 1)
     n = int(head[0])
     if pos < 0 or n != n_chunks_expected:

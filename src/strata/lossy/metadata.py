@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import struct
 
-from ..container import check_crc, crc32
+from ..container import checked_body, crc32
 from ..errors import CorruptStreamError, InvalidInputError
 
 #: Largest metadata section strata writes or reads.
@@ -45,7 +45,7 @@ def parse(data) -> dict:
     data = bytes(data)
     if len(data) < 4 or len(data) > MAX_METADATA_BYTES + 4:
         raise CorruptStreamError(f"metadata section of {len(data)} bytes")
-    check_crc(data[:-4], struct.unpack("<I", data[-4:])[0], "metadata section")
+    checked_body(data, "metadata section")
 
     def _no_constants(name):
         raise ValueError(f"{name} is not JSON")

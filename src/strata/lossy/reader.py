@@ -11,13 +11,12 @@ to fine), the target section (:mod:`strata.lossy.target`), the enhancement secti
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._numba import kernel_threads, workers
-from ..container import KIND_LOSSY, Source, SourceLike, check_crc, unpack_header
+from ..container import KIND_LOSSY, Source, SourceLike, check_crc, checked_body, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import chunks, exact, mask, missing
 from . import metadata as meta
@@ -652,9 +651,7 @@ class LossyReader:
             return self._tables[lv]
         entry = self.header.levels[lv]
         head = self._src.read(self._level_offsets[lv], entry.head_len, f"level {lv} head")
-        if len(head) < 4:
-            raise CorruptStreamError(f"level {lv} head too short")
-        check_crc(head[:-4], struct.unpack("<I", head[-4:])[0], f"level {lv} head")
+        checked_body(head, f"level {lv} head")
         status, group, tile_log2, symbols, info, zero, offsets, crcs = chunks.parse_level_head(
             np.frombuffer(head, np.uint8, len(head) - 4), entry.payload_len, chunks.GROUPS, chunks.ZERO_FAST_PATH)
         if status:

@@ -34,7 +34,7 @@ import operator
 import struct
 from dataclasses import dataclass
 
-from ..container import Reader, Writer, crc32
+from ..container import Reader, Writer, checked_body, crc32
 from ..errors import CorruptStreamError, InvalidInputError
 
 VERSION = 1
@@ -134,11 +134,7 @@ class TargetRecord:
                 or a field out of range (the checks of construction).
         """
         b = bytes(buf)
-        if len(b) < 5:
-            raise CorruptStreamError(f"target section of {len(b)} bytes is too short")
-        (stored,) = struct.unpack("<I", b[-4:])
-        if crc32(b[:-4]) != stored:
-            raise CorruptStreamError("checksum mismatch in target section: the stream is corrupted")
+        checked_body(b, "target section", 1)
         if b[0] != VERSION:
             raise CorruptStreamError(f"target section version {b[0]} is not supported (this reader knows {VERSION})")
         if len(b) != SIZE:

@@ -558,7 +558,16 @@ def parse(blob: bytes, kind: str) -> G:
 
 
 # ============================================================================ checkpoint files
-_BYTECODER_RAW, _ORDER0, _PREV, _CONST, _SPLIT = 0, 1, 2, 3, 4
+_BYTECODER_RAW, _ORDER0, _PREV, _CONST, _SPLIT, _ORDER0_8 = 0, 1, 2, 3, 4, 5
+#: Flag bit of a segment record with CRC-32C checksums and a head checksum (format version 3).
+_SEGMENT_CRC32C = 2
+
+
+def crc32c(*nodes) -> int:
+    """CRC-32C of the nodes' bytes (version-3 segment records)."""
+    from crc32c import crc32c as _crc32c
+
+    return _crc32c(b"".join(ser(n) for n in nodes))
 
 
 def _plane_record(b: bytes, cat="plane") -> G:
@@ -569,10 +578,10 @@ def _plane_record(b: bytes, cat="plane") -> G:
         return G([f_model, F("bytes", b[1:], f"{cat}: raw bytes")], cat)
     if model == _CONST:  # (bytes: a mutation may change the record's length)
         return G([f_model, F("bytes", b[1:], f"{cat}: constant byte(s)")], cat)
-    if model in (_ORDER0, _PREV):
+    if model in (_ORDER0, _PREV, _ORDER0_8):
         r = _Bytes(b, 1)
         tlen = r.varint()
-        tables = _tables(r, r.pos + tlen, 1 if model == _ORDER0 else 16, f"{cat}:")
+        tables = _tables(r, r.pos + tlen, 16 if model == _PREV else 1, f"{cat}:")
         return G([f_model, F("varint", tlen, f"{cat}: table length", auto=lambda: len(ser(tables))), tables,
                   F("bytes", r.rest(), f"{cat}: rANS bytes")], cat)
     if model == _SPLIT:
@@ -592,7 +601,9 @@ _ITEMSIZE = [2, 2, 4, 8, 1, 1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8]
 
 
 def _segment_record(b: bytes) -> G:
-    """A segment record (``strata.checkpoint.codec``)."""
+    """A segment record (``strata.checkpoint.codec``): with flag bit 1 (version 3) CRC-32C
+    chunk checksums and the head's own CRC-32C after them, else zlib CRC-32s. The record's
+    first group is its head (what its head checksum covers)."""
     r = _Bytes(b)
     S = "segment: "
     n_bytes, code, flags, chunk_bytes, n_chunks = r.varint(), r.u8(), r.u8(), r.varint(), r.varint()
@@ -600,6 +611,10 @@ def _segment_record(b: bytes) -> G:
     for _ in range(n_chunks):
         lens.append(r.varint())
         r.u32()
+    v3 = bool(flags & _SEGMENT_CRC32C)
+    if v3:
+        r.u32()
+    check = crc32c if v3 else crc
     itemsize = _ITEMSIZE[code]
     chunks = G(cat=S + "chunk list", seq=True)
     for ln in lens:
@@ -616,11 +631,13 @@ def _segment_record(b: bytes) -> G:
         raise ValueError("segment has trailing bytes")
     index = _seq_auto(S + "chunk index", lambda: len(chunks.items),
                       lambda i: G([F("varint", 0, S + "chunk index length", auto=lambda: len(ser(_at(chunks, i)))),
-                                   F("u32", 0, S + "chunk index CRC", auto=lambda: crc(_at(chunks, i)))],
+                                   F("u32", 0, S + "chunk index CRC", auto=lambda: check(_at(chunks, i)))],
                                   S + "chunk index"))
-    return G([F("varint", n_bytes, S + "n_bytes"), F("u8", code, S + "dtype code"), F("u8", flags, S + "flags"),
+    head = G([F("varint", n_bytes, S + "n_bytes"), F("u8", code, S + "dtype code"), F("u8", flags, S + "flags"),
               F("varint", chunk_bytes, S + "chunk bytes"),
-              F("varint", n_chunks, S + "chunk count", auto=lambda: len(chunks.items)), index, chunks], "segment")
+              F("varint", n_chunks, S + "chunk count", auto=lambda: len(chunks.items)), index], S + "head")
+    head_crc = [F("u32", 0, S + "head CRC", auto=lambda: crc32c(head))] if v3 else []
+    return G([head, *head_crc, chunks], "segment")
 
 
 def parse_checkpoint(blob: bytes) -> G:
@@ -644,6 +661,7 @@ def parse_checkpoint(blob: bytes) -> G:
         raise ValueError("trailing bytes in a checkpoint file")
     orig = [(m["length"], m["crc"]) for m in h["segments"]]
     orig_hl = st["header_length"] if st else None
+    v3 = blob[4] >= 3  # a segment's crc: its head's CRC-32C, else (version 2) the record's CRC-32
 
     def fix(obj):
         """Lengths and CRCs of the records (and the safetensors header's length) as they are
@@ -658,7 +676,7 @@ def parse_checkpoint(blob: bytes) -> G:
                     if m.get("length") == orig[i][0] and type(m.get("length")) is int:
                         m["length"] = len(ser(records.items[i]))
                     if m.get("crc") == orig[i][1] and type(m.get("crc")) is int:
-                        m["crc"] = crc(records.items[i])
+                        m["crc"] = crc32c(records.items[i].items[0]) if v3 else crc(records.items[i])
         s = obj.get("safetensors")
         if isinstance(s, dict) and s.get("header_length") == orig_hl and type(orig_hl) is int:
             s["header_length"] = len(ser(st_group)) - 4
@@ -2126,6 +2144,119 @@ def compile_kernels(folder, timeout: float = 1200, jobs: int | None = None) -> f
     return time.perf_counter() - t
 
 
+def prepare_main(folder: str, kernels: bool = True, parent: int | None = None) -> None:
+    """A test session's fuzz set-up in one background process (:class:`Preparation`), run with
+    :func:`worker_env`: write the base streams into ``folder`` (then the marker ``folder.done``
+    beside it), then, if ``kernels``, compile the bounds-checked decoding kernels
+    (:func:`warmup_main`, all of them, here). With ``parent`` (the session's process id), it
+    exits as soon as that process is gone: a session killed (SIGKILL, SIGTERM: no clean-up
+    runs) leaves no compilation running on.
+
+    Everything here is bounds-checked and cached in the fuzz numba cache, the encoders too:
+    this process never writes the normal cache (``src/**/__pycache__``), which the test session
+    fills at the same time (numba's cache index is not safe against two processes adding
+    entries for one function at once), and what the decoders share with the encoders is
+    compiled once. Bounds checks change no value: the bases are the same bytes as
+    :func:`build_bases` writes. One process, on one core, at a lower priority: it has the
+    session's other tests' time to finish, and gives way when they use both cores (threads,
+    subprocesses) so that they do not wait for it."""
+    os.nice(10)
+    if parent:
+        import threading
+
+        def orphaned():
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os._exit(1)
+
+        threading.Thread(target=orphaned, daemon=True).start()
+    folder = Path(folder)
+    _build_bases(folder, 0, 1)
+    folder.with_name(folder.name + ".done").touch()
+    if kernels:
+        warmup_main(str(folder))
+
+
+class Preparation:
+    """The fuzz run's set-up (base streams, bounds-checked kernels: about 4 minutes of numba
+    compilation on a fresh clone, single-threaded) started in a background subprocess when the
+    test session starts (``tests/conftest.py``), so that it runs on a second core while the
+    session compiles and runs the other tests on the first; ``test_fuzz`` then waits for what
+    is left of it, and finds the kernels in the fuzz cache.
+
+    :meth:`bases` and :meth:`kernels` wait and raise ``RuntimeError`` (with the end of the
+    set-up's log) if it failed; :meth:`stop` ends it (its whole process group) and removes its
+    folder, at the end of the session, wherever it is. A session killed before its end (no
+    clean-up runs) leaves the folder, not the process: that exits when the session is gone."""
+
+    def __init__(self, kernels: bool = True):
+        self.root = Path(tempfile.mkdtemp(prefix="strata-fuzz-prep-"))
+        self.folder = self.root / "bases"
+        self.with_kernels = kernels
+        self.log_path = self.root / "prepare.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), "--prepare", str(self.folder), str(int(kernels)),
+                 str(os.getpid())],
+                env=worker_env(), cwd=str(ROOT), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)  # (its own process group: stop() ends it and anything it started)
+
+    def _failed(self, what: str) -> RuntimeError:
+        try:
+            tail = self.log_path.read_bytes()[-3000:].decode(errors="replace")
+        except OSError:
+            tail = ""
+        return RuntimeError(f"the fuzz set-up in the background failed ({what}; status {self.proc.returncode}): "
+                            f"{tail}")
+
+    def bases(self, timeout: float = 1200) -> Path:
+        """The folder of base streams, once written."""
+        deadline = time.monotonic() + timeout
+        done = self.folder.with_name(self.folder.name + ".done")
+        while not done.exists():
+            if self.proc.poll() is not None and not done.exists():
+                raise self._failed("writing the base streams")
+            if time.monotonic() > deadline:
+                self.stop(remove=False)
+                raise self._failed(f"base streams not written in {timeout:.0f} s")
+            time.sleep(0.1)
+        return self.folder
+
+    def kernels(self, timeout: float = 1200) -> float:
+        """Wait until the bounds-checked kernels are in the fuzz cache (compile them here if the
+        set-up was started without them); returns the seconds waited."""
+        if not self.with_kernels:
+            return compile_kernels(self.bases(timeout), timeout)
+        t = time.perf_counter()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop(remove=False)
+            raise self._failed(f"kernels not compiled in {timeout:.0f} s") from None
+        if self.proc.returncode:
+            raise self._failed("compiling the bounds-checked kernels")
+        return time.perf_counter() - t
+
+    def stop(self, remove: bool = True) -> None:
+        """End the set-up if it still runs (SIGTERM to its process group, then SIGKILL);
+        ``remove``: delete its folder too."""
+        import signal
+
+        if self.proc.poll() is None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(self.proc.pid, sig)  # (its group: the process is not reaped yet)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(10)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if remove:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
 # ============================================================================ the report
 #: Findings in modules the fuzzer's authors may not change: ``(outcome, substrings of its detail,
 #: issue)``, the issue naming its owner module. Each has a reproduction in tests/test_fuzz.py, a
@@ -2203,9 +2334,11 @@ def main(argv=None) -> None:
         _build_bases(Path(argv[1]), int(argv[2]), int(argv[3]))
     elif argv and argv[0] == "--warmup":
         warmup_main(argv[1], *(int(v) for v in argv[2:4]))
+    elif argv and argv[0] == "--prepare":
+        prepare_main(argv[1], bool(int(argv[2])) if len(argv) > 2 else True, int(argv[3]) if len(argv) > 3 else None)
     else:
         raise SystemExit("usage: fuzzing.py --worker FOLDER SEED DECODERS HEADROOM | --warmup FOLDER [PART PARTS] | "
-                         "--build FOLDER PART PARTS")
+                         "--build FOLDER PART PARTS | --prepare FOLDER [KERNELS [PARENT_PID]]")
 
 
 if __name__ == "__main__":

@@ -307,10 +307,15 @@ def test_segment_declaring_a_tebibyte_is_refused_before_allocating(full):
         assert peak < 8 << 20
 
 
-def _record(n, chunk_bytes, n_chunks, chunks, code=5, flags=0) -> bytes:
+def _record(n, chunk_bytes, n_chunks, chunks, code=5, flags=codec.CRC32C) -> bytes:
+    """A segment record as written (version 3: CRC-32C checksums, the head's own last) or, with
+    ``flags`` 0, as version 2 wrote it (zlib CRC-32, no head checksum)."""
+    check = codec.crc32c if flags & codec.CRC32C else crc32
     w = Writer().varint(n).u8(code).u8(flags).varint(chunk_bytes).varint(n_chunks)
     for c in chunks:
-        w.varint(len(c)).u32(crc32(c))
+        w.varint(len(c)).u32(check(c))
+    if flags & codec.CRC32C:
+        w.u32(codec.crc32c(w.getvalue()))
     return w.getvalue() + b"".join(chunks)
 
 
@@ -319,6 +324,7 @@ CONST_CHUNK = bytes([2, 3, 0x5A])  # one U8 plane: varint length 2, model CONST,
 
 def test_constant_plane_cannot_expand_beyond_its_limits():
     assert codec.decode(_record(8, 1 << 20, 1, [CONST_CHUNK])).tobytes() == b"\x5a" * 8  # the honest case
+    assert codec.decode(_record(8, 1 << 20, 1, [CONST_CHUNK], flags=0)).tobytes() == b"\x5a" * 8  # version 2
     cases = [
         (_record(1 << 36, 1 << 36, 1, [CONST_CHUNK]), ResourceLimitError, "chunks of"),  # one huge chunk
         (_record(4 << 20, 1 << 20, 4, [CONST_CHUNK]), CorruptStreamError, "too short"),  # chunks not there
@@ -346,7 +352,7 @@ def test_constant_plane_record_in_a_file_declaring_a_huge_segment(full):
     h, body = parts(full)
     rec = _record(1 << 36, 1 << 36, 1, [CONST_CHUNK])
     n = 1 << 36
-    h["segments"] = [dict(dtype="U8", nbytes=n, length=len(rec), crc=crc32(rec), delta=False)]
+    h["segments"] = [dict(dtype="U8", nbytes=n, length=len(rec), crc=0, delta=False)]  # refused before any check
     h["tensors"] = [["x", "numpy", "U8", [n], 0, 0, n]]
     h["skeleton"] = {"x": {"__tensor__": 0}}
     repack(full, h, rec)
@@ -354,7 +360,7 @@ def test_constant_plane_record_in_a_file_declaring_a_huge_segment(full):
         ck.load(full)
     # the header and the record must agree on the size
     rec = _record(16, 1 << 20, 1, [CONST_CHUNK])
-    h["segments"] = [dict(dtype="U8", nbytes=8, length=len(rec), crc=crc32(rec), delta=False)]
+    h["segments"] = [dict(dtype="U8", nbytes=8, length=len(rec), crc=codec.head_checksum(rec), delta=False)]
     h["tensors"] = [["x", "numpy", "U8", [8], 0, 0, 8]]
     repack(full, h, rec)
     with pytest.raises(CorruptStreamError, match="disagrees"):
@@ -363,6 +369,24 @@ def test_constant_plane_record_in_a_file_declaring_a_huge_segment(full):
     h["tensors"][0][3] = [16]
     repack(full, h, rec)
     assert ck.load(full)["x"].tobytes() == b"\x5a" * 16
+
+
+def test_record_checks_follow_the_file_version(full):
+    """A version-3 file's records carry CRC-32C checksums (flag bit 1) and its header's ``crc``
+    is the one a record's head carries; a version-2 record in it, or another ``crc``, is refused."""
+    h, body = parts(full)
+    h["tensors"] = [["x", "numpy", "U8", [16], 0, 0, 16]]
+    h["skeleton"] = {"x": {"__tensor__": 0}}
+    rec = _record(16, 1 << 20, 1, [CONST_CHUNK])
+    h["segments"] = [dict(dtype="U8", nbytes=16, length=len(rec), crc=codec.head_checksum(rec), delta=False)]
+    assert ck.load(repack(full, h, rec))["x"].tobytes() == b"\x5a" * 16
+    h["segments"][0]["crc"] ^= 1
+    with pytest.raises(CorruptStreamError, match="checksum mismatch"):
+        ck.load(repack(full, h, rec))
+    old = _record(16, 1 << 20, 1, [CONST_CHUNK], flags=0)
+    h["segments"] = [dict(dtype="U8", nbytes=16, length=len(old), crc=crc32(old), delta=False)]
+    with pytest.raises(CorruptStreamError, match="disagrees"):
+        ck.load(repack(full, h, old))
 
 
 def test_every_truncation_is_a_truncated_stream(pair):
@@ -528,6 +552,8 @@ def test_dcp_item_sizes_are_enforced():
     rec = codec.encode(payload, "AUTO")
     t = StrataTransform()
     assert t.transform_from(_dcp_item(rec)).read() == payload
+    v2_item = _record(8, 1 << 20, 1, [CONST_CHUNK], flags=0)  # as descriptor 1 wrote them
+    assert t.transform_from(_dcp_item(v2_item)).read() == b"\x5a" * 8
     cases = [
         (_dcp_item(rec, len(rec) + 10), TruncatedStreamError, "declares"),  # the file holds less
         (_dcp_item(rec, len(rec) - 1), CorruptStreamError, "chunk index"),  # metadata length too small
@@ -540,8 +566,10 @@ def test_dcp_item_sizes_are_enforced():
     for item, err, msg in cases:
         with pytest.raises(err, match=msg):
             t.transform_from(item)
+    assert t.get_descriptor() == "stream.strata/2"
+    StrataTransform.from_descriptor("1")  # items written before format version 3
     with pytest.raises(FormatError):
-        StrataTransform.from_descriptor("2")
+        StrataTransform.from_descriptor("3")
 
 
 @pytest.mark.timeout(120)

@@ -11,8 +11,12 @@ Findings in modules this test's authors may not change go in ``fuzzing.KNOWN`` (
 each with a reproduction here marked as a strict xfail naming its owner module: the fuzz run
 tolerates those (and warns), nothing else. Findings fixed since have regression tests below.
 
-The first run compiles the bounds-checked kernels (about 2 minutes on 2 cores; its own numba
-cache, ``STRATA_FUZZ_NUMBA_CACHE`` or a folder in the temp directory, kept between runs).
+The first run compiles the bounds-checked kernels (about 4 minutes of one core; its own numba
+cache, ``STRATA_FUZZ_NUMBA_CACHE`` or a folder in the temp directory, kept between runs). The
+base streams and those kernels are prepared in a background process started when the session's
+tests are collected (``tests/conftest.py``, ``fuzzing.Preparation``; ``STRATA_FUZZ_PREPARE=0``:
+not), on a second core while the session's other tests run; the tests that need them run last
+and wait for what is left of it.
 
 ``STRATA_FUZZ_CASES`` (default 2500: the suite stays within CI's 10 minutes; ``benchmarks/fuzz.py``
 runs long campaigns) and ``STRATA_FUZZ_SEED`` change the run.
@@ -40,10 +44,10 @@ SEED = int(os.environ.get("STRATA_FUZZ_SEED", "20240611"))
 
 
 @pytest.fixture(scope="module")
-def bases(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("fuzz-bases")
-    fz.build_bases(folder)
-    return folder
+def bases(fuzz_bases):
+    """The base streams' folder (``tests/conftest.py``: written in the background while the
+    session runs its other tests)."""
+    return fuzz_bases
 
 
 def _blobs(folder):
@@ -139,16 +143,17 @@ def test_harness_detects_crashes_hangs_and_other_exceptions(bases, tmp_path):
     assert "test_fuzz" not in fz.findings(outcomes, 1) and "--repro 1:" in fz.findings(outcomes, 1)
 
 
-def test_fuzz_decoders(bases):
+def test_fuzz_decoders(bases, fuzz_kernels):
     """Every case decodes or raises a strata error (bounds-checked kernels, a subprocess per
-    worker, 5 s per case). Prints the compile and fuzz times and the outcome table."""
-    compile_s = fz.compile_kernels(bases)
+    worker, 5 s per case). Prints the compile (or wait) and fuzz times and the outcome table."""
+    compile_s = fuzz_kernels()
     t = time.perf_counter()
     workers = max(1, min(4, len(os.sched_getaffinity(0))))
     outcomes, late_compile_s = fz.run_pool(bases, SEED, range(CASES), workers=workers)
     fuzz_s = time.perf_counter() - t
-    print(f"\nfuzz: bounds-checked kernels compiled (or loaded) in {compile_s:.1f} s; {len(outcomes)} cases in "
-          f"{fuzz_s:.1f} s on {workers} workers ({late_compile_s:.1f} s of compilation during the cases)")
+    print(f"\nfuzz: bounds-checked kernels compiled (or loaded, or waited for) in {compile_s:.1f} s; "
+          f"{len(outcomes)} cases in {fuzz_s:.1f} s on {workers} workers ({late_compile_s:.1f} s of compilation "
+          "during the cases)")
     print(fz.table(outcomes, "decoder"))
     assert len(outcomes) == CASES
     failures = [o for o in outcomes if fz.is_failure(o)]

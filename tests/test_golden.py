@@ -53,6 +53,8 @@ def test_golden_stream_decodes(name):
             assert np.array_equal(r.read(region=region).view(bits), y[region].view(bits))
         else:
             assert r.enhancement is None
+        if "coders" in info:  # (version 3 on) each level's coder, as written
+            assert [r._level_tables(lv).coder for lv in range(len(r.levels))] == info["coders"]
         if "target" in info:  # the target section's fields, as recorded
             assert dataclasses.asdict(r.target) == info["target"]
         else:
@@ -60,8 +62,12 @@ def test_golden_stream_decodes(name):
 
 
 def test_golden_streams_present():
-    assert {"lossy_masked_f32", "lossy_plain_f64", "lossy_enh2x_f32", "lossy_enh1x_f64", "lossy_target_f32"} \
-        <= set(NAMES)
+    assert {"lossy_masked_f32", "lossy_plain_f64", "lossy_enh2x_f32", "lossy_enh1x_f64", "lossy_target_f32",
+            "lossy_lanes_f32"} <= set(NAMES)
+    # version 2 streams (serial coder only) and version 3 ones with the lanes coder
+    versions = {json.loads((GOLDEN / f"{n}.json").read_text())["format_version"] for n in NAMES}
+    assert {2, 3} <= versions
+    assert 1 in json.loads((GOLDEN / "lossy_lanes_f32.json").read_text())["coders"]
     assert {"fields_cross_2x"} <= set(FIELD_SETS)
 
 

@@ -30,7 +30,11 @@ from typing import BinaryIO
 from .errors import CorruptStreamError, FormatError, ResourceLimitError, TruncatedStreamError
 
 MAGIC = b"STRA"
-FORMAT_VERSION = 2
+#: Version written. Version 3 (strata 0.4): lossy levels coded with interleaved rANS states and
+#: contexts off the decoder's serial chain; checkpoint segments checked with CRC-32C.
+FORMAT_VERSION = 3
+#: Versions read (docs/format.md, "Versions").
+READABLE_VERSIONS = (2, 3)
 KIND_LOSSY = 1
 KIND_CHECKPOINT = 2
 #: Several lossy streams of one snapshot (:mod:`strata.enhance.fields`).
@@ -148,8 +152,9 @@ def unpack_header(src: Source, kind: int) -> tuple[memoryview | bytes, int]:
     magic, version, got_kind, hlen = _PREAMBLE.unpack(pre)
     if magic != MAGIC:
         raise FormatError("not a strata stream (bad magic bytes)")
-    if version != FORMAT_VERSION:
-        raise FormatError(f"strata format version {version} is not supported (this is {FORMAT_VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise FormatError(f"strata format version {version} is not supported (this strata reads versions "
+                          f"{', '.join(map(str, READABLE_VERSIONS))})")
     if got_kind != kind:
         raise FormatError(f"stream holds {KIND_NAMES.get(got_kind, f'kind {got_kind}')}, expected "
                           f"{KIND_NAMES[kind]}" + (" (read it with strata.enhance.decompress_fields)"
@@ -160,6 +165,11 @@ def unpack_header(src: Source, kind: int) -> tuple[memoryview | bytes, int]:
     (crc,) = struct.unpack("<I", bytes(src.read(_PREAMBLE.size + hlen, 4, "header checksum")))
     check_crc(bytes(pre) + bytes(header), crc, "header")
     return header, _PREAMBLE.size + hlen + 4
+
+
+def stream_version(src: Source) -> int:
+    """The format version of a stream whose header :func:`unpack_header` accepted."""
+    return src.read(4, 1, "preamble")[0]
 
 
 class Writer:

@@ -49,6 +49,9 @@ def sources() -> dict:
     enh2[1:3, 4:10, 5:13] = np.nan                                 # missing values and infinities
     enh2[4, 0, 0], enh2[5, 23, 31] = np.inf, -np.inf
     opts = {"steps": 30, "batch_points": 2000, "seed": 0, "progress": False}
+    lanes = (waves((10, 36, 40), 16, np.float32)
+             + np.random.default_rng(16).standard_normal((10, 36, 40)).astype(np.float32))
+    lanes[3:5, 10:20, 7:33] = np.nan
     return {
         "lossy_masked_f32": (masked, dict(rel_error=1e-3, fill_value=1e20, metadata=meta)),
         "lossy_plain_f64": (plain, dict(abs_error=1e-4)),
@@ -57,6 +60,8 @@ def sources() -> dict:
                                                                     enhance_options=opts)),
         "lossy_target_f32": (waves((5, 18, 22), 15, np.float32),
                              dict(rel_error=1e-3, target={"metric": "psnr", "target": 60.0, "compressions": 2})),
+        # version 3: a finest level big enough for the lanes coder, with missing values in its rows
+        "lossy_lanes_f32": (lanes, dict(abs_error=1e-3)),
     }
 
 
@@ -115,6 +120,9 @@ def main(names=None) -> None:
         np.save(HERE / f"{name}.source.npy", a, allow_pickle=False)
         (HERE / f"{name}.strata").write_bytes(blob)
         info = {"decoded_sha256": _sha(y), "kwargs": kwargs, "format_version": blob[4]}
+        if blob[4] >= 3:  # the coder of each level (version 3 on)
+            with strata.open(blob) as r:
+                info["coders"] = [r._level_tables(lv).coder for lv in range(len(r.levels))]
         if "enhance" in kw:
             with strata.open(blob) as r:
                 info["plain_sha256"] = _sha(r.read(enhance=False))

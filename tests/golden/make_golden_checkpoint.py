@@ -1,16 +1,18 @@
-"""Write the golden checkpoint streams (run once per checkpoint format change, from the repository root):
+"""Write the golden checkpoint streams of the current format version ``V`` (run once per
+checkpoint format change, from the repository root; the files of earlier versions stay):
 
     .venv/bin/python tests/golden/make_golden_checkpoint.py
 
-* ``ckpt_v2_full.ckpt``: a full checkpoint of a small state dict of NumPy arrays (float32 with
-  special values, bfloat16 bits as uint16, int64, float64, an empty tensor) and plain values
+* ``ckpt_vV_full.ckpt``: a full checkpoint of a small state dict of NumPy arrays (float32 with
+  special values, bfloat16 bits as uint16, int64, float64, an empty tensor; from version 3 a
+  64 KiB uint8 mask, whose plane is long enough for eight rANS states) and plain values
   (nested dicts, a list, a tuple, an int key);
-* ``ckpt_v2_delta.ckpt``: the next snapshot, stored as the XOR delta against the full one (its
+* ``ckpt_vV_delta.ckpt``: the next snapshot, stored as the XOR delta against the full one (its
   unchanged layouts as deltas, a new int32 tensor as a full segment);
-* ``ckpt_v2.json``: for each file, the SHA-256 of every tensor's decoded bytes and of all of
-  them in header order, their dtypes and shapes.
+* ``ckpt_vV.json``: the format version, and for each file the SHA-256 of every tensor's decoded
+  bytes and of all of them in header order, their dtypes and shapes.
 
-tests/test_checkpoint_golden.py checks that this version still decodes both, bit for bit. The
+tests/test_checkpoint_golden.py checks that every version's files still decode, bit for bit. The
 values are made with exact integer arithmetic (no random generator, no transcendental
 functions), so :func:`states` gives the same bits with any NumPy; the snapshot ids are fixed,
 so the files are reproducible. (The files do not end in ``.strata``: tests/test_golden.py reads
@@ -26,14 +28,24 @@ import numpy as np
 
 from strata.checkpoint import io
 from strata.checkpoint.state import flatten
+from strata.container import FORMAT_VERSION
 
 HERE = Path(__file__).resolve().parent
-FULL, DELTA, INFO = "ckpt_v2_full.ckpt", "ckpt_v2_delta.ckpt", "ckpt_v2.json"
 IDS = ("00112233445566778899aabbccddeeff", "ffeeddccbbaa99887766554433221100")
 
 
-def states() -> tuple[dict, dict]:
-    """The two state dicts (the full snapshot's, then the delta's)."""
+def names(version: int) -> tuple[str, str, str]:
+    """The full file, the delta and the JSON of a format version."""
+    return f"ckpt_v{version}_full.ckpt", f"ckpt_v{version}_delta.ckpt", f"ckpt_v{version}.json"
+
+
+def versions() -> list[int]:
+    """The format versions that have golden files here."""
+    return sorted(int(p.name[6:-5]) for p in HERE.glob("ckpt_v*.json"))
+
+
+def states(version: int = FORMAT_VERSION) -> tuple[dict, dict]:
+    """The two state dicts of a version's files (the full snapshot's, then the delta's)."""
     i = np.arange(256, dtype=np.int64)
     w = (((i * 2654435761) % 65521 - 32760).astype(np.float32) / np.float32(4096)).reshape(16, 16)
     bits = w.view(np.uint32)
@@ -59,6 +71,11 @@ def states() -> tuple[dict, dict]:
         3: "int key",
         "counts": np.arange(-6, 6, dtype=np.int32),
     }
+    if version >= 3:  # 64 KiB of mostly zeros: a plane for eight rANS states, coded to ~2 KB
+        j = np.arange(1 << 16, dtype=np.int64)
+        mask = (17 * (((j * 2654435761) % 97 == 0) + 2 * ((j * 40503) % 89 == 0))).astype(np.uint8)
+        first["model"]["mask"] = mask
+        second["model"]["mask"] = mask.copy()
     return first, second
 
 
@@ -74,18 +91,19 @@ def digest(snap) -> dict:
 
 
 def main() -> None:
+    full_name, delta_name, info_name = names(FORMAT_VERSION)
     first, second = states()
     full = io.group(*flatten(first, copy=True))
     full.id = IDS[0]
     delta = io.group(*flatten(second, copy=True))
     delta.id = IDS[1]
-    blobs = {FULL: io.encode(full, workers=1), DELTA: io.encode(delta, full, FULL, workers=1)}
-    info = {"format_version": blobs[FULL][4], "files": {}}
+    blobs = {full_name: io.encode(full, workers=1), delta_name: io.encode(delta, full, full_name, workers=1)}
+    info = {"format_version": blobs[full_name][4], "files": {}}
     for name, blob in blobs.items():
         (HERE / name).write_bytes(blob)
         info["files"][name] = digest(io.read(HERE / name))
         print(name, len(blob), "bytes")
-    (HERE / INFO).write_text(json.dumps(info, indent=1) + "\n")
+    (HERE / info_name).write_text(json.dumps(info, indent=1) + "\n")
 
 
 if __name__ == "__main__":

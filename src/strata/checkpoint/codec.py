@@ -10,19 +10,30 @@ smallest). With a *base* (the same segment in an earlier snapshot), the chunk is
 with the base's bytes, so unchanged bits become zero bytes (incremental snapshots).
 
 Segment record (see ``docs/format.md``): ``varint n_bytes | u8 dtype code | u8 flags (bit 0:
-XOR with a base) | varint chunk bytes | varint n_chunks | n_chunks x (varint length, u32
-CRC-32) | chunks``; a chunk is ``itemsize x (varint length | plane record)``.
+XOR with a base; bit 1: CRC-32C) | varint chunk bytes | varint n_chunks | n_chunks x (varint
+length, u32 checksum) | [u32 CRC-32C of the head so far, with bit 1] | chunks``; a chunk is
+``itemsize x (varint length | plane record)``. Records written now set bit 1 (format version
+3): chunks are checked with CRC-32C (:func:`crc32c`, hardware-accelerated: 0.031 against zlib
+CRC-32's 0.139 ns a byte on a 1 MiB chunk in cache, 0.06 against 0.14 streaming from memory, one
+AMD EPYC core), the head carries its own, and order-0 planes of 64 KiB or more use eight rANS
+states (``bytecoder.ORDER0_8``). Records without bit 1 (version 2) are checked with zlib's
+CRC-32 and decode as before.
+
+Decoding a chunk writes its elements straight from the stream: planes stored raw are merged
+from where they lie in the record, only entropy-coded planes go through a chunk-sized scratch.
 """
 from __future__ import annotations
 
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
+from crc32c import crc32c as _crc32c
 from numba import njit
 
-from ..container import Reader, Writer, check_crc, crc32
+from ..container import Reader, Writer, crc32
 from ..entropy import bytecoder, tables
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError
 from . import planes
@@ -34,8 +45,10 @@ CHUNK_BYTES = 1 << 20
 MAX_CHUNK_BYTES = 1 << 22
 #: Largest segment :func:`decode` allocates unless its caller sets a smaller limit (1 TiB).
 MAX_BYTES = 1 << 40
+#: Flag bits of a segment record.
+DELTA, CRC32C = 1, 2
 #: Fewest bytes of a record's head (``n_bytes``, dtype, flags, ``chunk_bytes``, ``n_chunks``),
-#: and of one chunk: its index entry (varint length, CRC-32) and one constant byte plane
+#: and of one chunk: its index entry (varint length, checksum) and one constant byte plane
 #: (varint length, model, byte) per element byte.
 _MIN_HEAD = 5
 _MIN_CHUNK = 5 + 3
@@ -84,6 +97,12 @@ def _as_u8(data) -> np.ndarray:
     return np.frombuffer(memoryview(data).cast("B"), np.uint8)
 
 
+def crc32c(data) -> int:
+    """CRC-32C (Castagnoli) of a bytes-like object, hardware-accelerated (SSE 4.2 / ARMv8
+    instructions, through the ``crc32c`` package; the GIL is released for large buffers)."""
+    return _crc32c(data)
+
+
 def _encode_chunk(chunk: np.ndarray, itemsize: int, rotate: bool) -> bytes:
     n = chunk.size // itemsize
     out = np.empty(itemsize * (bytecoder.max_record_bytes(n) + 10), np.uint8)
@@ -100,9 +119,9 @@ def _encode_chunk_into(chunk, itemsize, rotate, out):
     rec = np.empty(out.shape[0] // itemsize, np.uint8)
     pos = 0
     for k in range(itemsize):
-        m = bytecoder.encode_into(ps[k], rec, 0)
+        m = bytecoder.encode_into(ps[k], rec, 0, True)
         pos = tables._put_varint(out, pos, m)
-        out[pos:pos + m] = rec[:m]
+        bytecoder.copy_into(out[pos:], rec[:m])
         pos += m
     return pos
 
@@ -111,38 +130,80 @@ def _encode_chunk_into(chunk, itemsize, rotate, out):
 _CHUNK_ERRORS = {20: "malformed plane length in a chunk", 21: "trailing bytes in a chunk"}
 
 
+@njit(inline="always")
+def _plane(buf, at, scratch, k, n):
+    """Byte plane ``k`` (``n`` bytes): stored raw in ``buf`` from ``at``, else (``at < 0``)
+    decoded into ``scratch``."""
+    return buf[at:at + n] if at >= 0 else scratch[k * n:(k + 1) * n]
+
+
 @njit(nogil=True, cache=True)
-def _decode_chunk_into(buf, pos, end, itemsize, rotate, out):
+def _decode_chunk_into(buf, pos, end, itemsize, rotate, scratch, out):
     """Decode the chunk record ``buf[pos:end]`` into ``out`` (uint8, the chunk's bytes);
-    returns 0 or an error status (``bytecoder.ERRORS`` or ``_CHUNK_ERRORS``)."""
-    ps = np.empty((itemsize, out.shape[0] // itemsize), np.uint8)
+    returns 0 or an error status (``bytecoder.ERRORS`` or ``_CHUNK_ERRORS``).
+
+    Raw planes are read where they lie in ``buf``; entropy-coded ones are decoded into
+    ``scratch`` (uint8, at least the chunk's size); the merge reads both
+    (:func:`strata.checkpoint.planes.merge4`)."""
+    n = out.shape[0] // itemsize
     head = buf[:end]
+    if itemsize == 1:
+        m, pos = tables._get_varint(head, pos)
+        if m < 0 or pos + m > end:
+            return 20
+        status = bytecoder.decode_from(buf, pos, pos + m, out)
+        return status if status or pos + m == end else 21
+    at = np.empty(itemsize, np.int64)
     for k in range(itemsize):
         m, pos = tables._get_varint(head, pos)
         if m < 0 or pos + m > end:
             return 20
-        status = bytecoder.decode_from(buf, pos, pos + m, ps[k])
-        if status:
-            return status
+        if m == n + 1 and buf[pos] == bytecoder.RAW:
+            at[k] = pos + 1
+        else:
+            at[k] = -1
+            status = bytecoder.decode_from(buf, pos, pos + m, scratch[k * n:(k + 1) * n])
+            if status:
+                return status
         pos += m
     if pos != end:
         return 21
-    planes.merge_into(ps, itemsize, rotate, out)
+    if itemsize == 2:
+        planes.merge2(_plane(buf, at[0], scratch, 0, n), _plane(buf, at[1], scratch, 1, n), rotate, out)
+    elif itemsize == 4:
+        planes.merge4(_plane(buf, at[0], scratch, 0, n), _plane(buf, at[1], scratch, 1, n),
+                      _plane(buf, at[2], scratch, 2, n), _plane(buf, at[3], scratch, 3, n), rotate, out)
+    else:
+        planes.merge8(_plane(buf, at[0], scratch, 0, n), _plane(buf, at[1], scratch, 1, n),
+                      _plane(buf, at[2], scratch, 2, n), _plane(buf, at[3], scratch, 3, n),
+                      _plane(buf, at[4], scratch, 4, n), _plane(buf, at[5], scratch, 5, n),
+                      _plane(buf, at[6], scratch, 6, n), _plane(buf, at[7], scratch, 7, n), rotate, out)
     return 0
 
 
-def _decode_chunk(buf, n: int, itemsize: int, rotate: bool, out: np.ndarray | None = None) -> np.ndarray:
-    """Decode a chunk record (bytes-like) of ``n`` bytes.
+_SCRATCH = threading.local()
+
+
+def _scratch(n: int) -> np.ndarray:
+    """This thread's scratch for entropy-coded planes (at least ``n`` bytes), kept between
+    chunks: a fresh one per chunk made the kernel map and zero new pages every time (up to
+    2 ns a byte of system time once encoding had churned the heap)."""
+    s = getattr(_SCRATCH, "buf", None)
+    if s is None or s.size < n:
+        s = _SCRATCH.buf = np.empty(n, np.uint8)
+    return s
+
+
+def _decode_chunk(buf, itemsize: int, rotate: bool, out: np.ndarray) -> None:
+    """Decode a chunk record (bytes-like) into ``out`` (uint8, the chunk's bytes).
 
     Raises:
         CorruptStreamError: the record is malformed or inconsistent.
     """
     b = np.frombuffer(buf, np.uint8)
-    out = np.empty(n, np.uint8) if out is None else out
-    status = _decode_chunk_into(b, 0, b.size, itemsize, rotate, out)
+    status = _decode_chunk_into(b, 0, b.size, itemsize, rotate, _scratch(out.size), out)
     if status:
         raise CorruptStreamError(bytecoder.ERRORS.get(status) or _CHUNK_ERRORS[status])
-    return out
 
 
 def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
@@ -176,14 +237,16 @@ def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
         chunk = raw[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES]
         if base is not None:
             chunk = np.bitwise_xor(chunk, b[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES])
-        return _encode_chunk(chunk, itemsize, rotate)
+        coded = _encode_chunk(chunk, itemsize, rotate)
+        return coded, crc32c(coded)
 
     coded = run_parallel(one, n_chunks, workers)
-    w = Writer().varint(raw.size).u8(_CODES[dtype]).u8(1 if base is not None else 0)
+    w = Writer().varint(raw.size).u8(_CODES[dtype]).u8(CRC32C | (DELTA if base is not None else 0))
     w.varint(CHUNK_BYTES).varint(n_chunks)
-    for c in coded:
-        w.varint(len(c)).u32(crc32(c))
-    return b"".join([w.getvalue(), *coded])
+    for c, check in coded:
+        w.varint(len(c)).u32(check)
+    head = w.getvalue()
+    return b"".join([head, crc32c(head).to_bytes(4, "little"), *(c for c, _ in coded)])
 
 
 #: Layouts tried by :func:`guess_dtype`.
@@ -219,13 +282,74 @@ def max_decoded_bytes(length: int, itemsize: int = 1) -> int:
 
 
 def info(buf) -> dict:
-    """Header fields of a segment record: ``n_bytes``, ``dtype``, ``delta``."""
+    """Header fields of a segment record: ``n_bytes``, ``dtype``, ``delta`` (bool) and
+    ``crc32c`` (bool: flag bit 1, a version-3 record).
+
+    Raises:
+        CorruptStreamError: the record is too short or holds an unknown dtype code.
+    """
     r = Reader(buf, "segment")
     n = r.varint()
     code = r.u8()
     if code >= len(_NAMES):
         raise CorruptStreamError(f"unknown dtype code {code} in a segment")
-    return dict(n_bytes=n, dtype=_NAMES[code], delta=bool(r.u8() & 1))
+    flags = r.u8()
+    return dict(n_bytes=n, dtype=_NAMES[code], delta=bool(flags & DELTA), crc32c=bool(flags & CRC32C))
+
+
+@dataclass
+class _Head:
+    """A segment record's head, checked (:func:`_parse_head`)."""
+
+    n: int  # decoded bytes
+    itemsize: int
+    rotate: bool
+    flags: int
+    chunk_bytes: int
+    offsets: list[int]  # where each chunk starts in the record, then the record's length
+    checks: list[int]  # each chunk's checksum
+    head_crc: int | None  # the head's own CRC-32C (records with ``CRC32C``)
+
+
+def _parse_head(mv: memoryview, limit: int) -> _Head:
+    """Parse and check the head of the segment record ``mv`` (see :func:`decode`), announcing
+    at most ``limit`` bytes; a ``CRC32C`` record's head must match its own checksum."""
+    r = Reader(mv, "segment")
+    n = r.varint()
+    if n > limit:
+        raise ResourceLimitError(f"segment of {n} bytes exceeds the limit of {limit}")
+    code = r.u8()
+    flags = r.u8()
+    if code >= len(_NAMES) or flags > DELTA | CRC32C:
+        raise CorruptStreamError("invalid segment header")
+    itemsize, rotate = DTYPES[_NAMES[code]]
+    chunk_bytes = r.varint()
+    if chunk_bytes > MAX_CHUNK_BYTES:
+        raise ResourceLimitError(f"segment chunks of {chunk_bytes} bytes exceed the limit of {MAX_CHUNK_BYTES}")
+    n_chunks = r.varint(len(mv))
+    if chunk_bytes == 0 or chunk_bytes % itemsize or n_chunks != -(-n // chunk_bytes) or n % itemsize:
+        raise CorruptStreamError("inconsistent segment chunking")
+    if n_chunks * _min_chunk(itemsize) > len(mv) - r.pos:
+        raise CorruptStreamError(f"segment record of {len(mv)} bytes is too short for its {n_chunks} chunks")
+    lens, checks = [], []
+    for _ in range(n_chunks):
+        lens.append(r.varint(len(mv)))
+        checks.append(r.u32())
+    head_crc = None
+    if flags & CRC32C:
+        head_crc = r.u32()
+        if crc32c(mv[:r.pos - 4]) != head_crc:
+            raise CorruptStreamError("checksum mismatch in the segment head: the stream is corrupted")
+    offsets = np.concatenate([[r.pos], r.pos + np.cumsum(lens, dtype=np.int64)]).tolist()
+    if offsets[-1] != len(mv):
+        raise CorruptStreamError("segment length does not match its chunk index")
+    return _Head(n, itemsize, rotate, flags, chunk_bytes, offsets, checks, head_crc)
+
+
+def head_checksum(buf) -> int | None:
+    """The CRC-32C a version-3 segment record's head carries (checked against the head), or
+    ``None`` for a version-2 record (see :func:`decode` for the checks and errors)."""
+    return _parse_head(memoryview(buf).cast("B"), MAX_BYTES).head_crc
 
 
 def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = None,
@@ -235,7 +359,10 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
     Every size in the record is checked before anything is allocated: the chunk size is at
     most ``MAX_CHUNK_BYTES``, the chunk count must fit in the record (at least ``5 + 3 *
     itemsize`` bytes a chunk) and match the announced length, which is at most ``max_bytes``;
-    a chunk, and each of its byte planes, decodes to exactly its share of that length.
+    a chunk, and each of its byte planes, decodes to exactly its share of that length. The
+    head of a record with flag ``CRC32C`` is checked against its own CRC-32C first, and each
+    chunk against its checksum (CRC-32C, or zlib's CRC-32 without the flag) before it is
+    decoded; chunks are decoded in parallel, each into its place in ``out``.
 
     Args:
         buf: the record (bytes-like).
@@ -251,32 +378,9 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
         InvalidInputError: a delta without its base.
     """
     mv = memoryview(buf).cast("B")
-    r = Reader(mv, "segment")
-    limit = MAX_BYTES if max_bytes is None else max_bytes
-    n = r.varint()
-    if n > limit:
-        raise ResourceLimitError(f"segment of {n} bytes exceeds the limit of {limit}")
-    code = r.u8()
-    flags = r.u8()
-    if code >= len(_NAMES) or flags > 1:
-        raise CorruptStreamError("invalid segment header")
-    itemsize, rotate = DTYPES[_NAMES[code]]
-    chunk_bytes = r.varint()
-    if chunk_bytes > MAX_CHUNK_BYTES:
-        raise ResourceLimitError(f"segment chunks of {chunk_bytes} bytes exceed the limit of {MAX_CHUNK_BYTES}")
-    n_chunks = r.varint(len(mv))
-    if chunk_bytes == 0 or chunk_bytes % itemsize or n_chunks != -(-n // chunk_bytes) or n % itemsize:
-        raise CorruptStreamError("inconsistent segment chunking")
-    if n_chunks * _min_chunk(itemsize) > len(mv) - r.pos:
-        raise CorruptStreamError(f"segment record of {len(mv)} bytes is too short for its {n_chunks} chunks")
-    lens, crcs = [], []
-    for _ in range(n_chunks):
-        lens.append(r.varint(len(mv)))
-        crcs.append(r.u32())
-    offsets = np.concatenate([[r.pos], r.pos + np.cumsum(lens, dtype=np.int64)]).tolist()
-    if offsets[-1] != len(mv):
-        raise CorruptStreamError("segment length does not match its chunk index")
-    if flags & 1:
+    h = _parse_head(mv, MAX_BYTES if max_bytes is None else max_bytes)
+    n, offsets = h.n, h.offsets
+    if h.flags & DELTA:
         if base is None:
             raise InvalidInputError("this segment is stored as a delta: decoding needs its base")
         bb = _as_u8(base)
@@ -289,19 +393,20 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
             raise ResourceLimitError(f"cannot allocate a segment of {n} bytes") from exc
     elif out.size != n:
         raise InvalidInputError(f"out has {out.size} bytes, the segment {n}")
+    check = crc32c if h.flags & CRC32C else crc32
 
     def one(c):
-        a, b_ = offsets[c], offsets[c + 1]
-        check_crc(mv[a:b_], crcs[c], f"chunk {c}")
-        lo, hi = c * chunk_bytes, min(n, (c + 1) * chunk_bytes)
-        if flags & 1:
-            np.bitwise_xor(_decode_chunk(mv[a:b_], hi - lo, itemsize, rotate), bb[lo:hi], out=out[lo:hi])
-        else:
-            _decode_chunk(mv[a:b_], hi - lo, itemsize, rotate, out[lo:hi])
+        rec = mv[offsets[c]:offsets[c + 1]]
+        if check(rec) != h.checks[c]:
+            raise CorruptStreamError(f"checksum mismatch in chunk {c}: the stream is corrupted")
+        lo, hi = c * h.chunk_bytes, min(n, (c + 1) * h.chunk_bytes)
+        _decode_chunk(rec, h.itemsize, h.rotate, out[lo:hi])
+        if h.flags & DELTA:
+            np.bitwise_xor(out[lo:hi], bb[lo:hi], out=out[lo:hi])
 
-    run_parallel(one, n_chunks, workers)
+    run_parallel(one, len(h.checks), workers)
     return out
 
 
-__all__ = ["CHUNK_BYTES", "DTYPES", "MAX_BYTES", "MAX_CHUNK_BYTES", "decode", "encode", "info",
-           "max_decoded_bytes"]
+__all__ = ["CHUNK_BYTES", "CRC32C", "DELTA", "DTYPES", "MAX_BYTES", "MAX_CHUNK_BYTES", "crc32c", "decode", "encode",
+           "head_checksum", "info", "max_decoded_bytes"]

@@ -15,6 +15,11 @@ of one dtype, in order, so small tensors share chunks. A delta's segments are XO
 base's segment of the same tensors (same names, shapes and dtype), whose file sits in the same
 folder; loading a delta follows its chain of bases. Files are written atomically.
 
+A segment's ``crc`` depends on the file's format version (``docs/format.md``, section 5): in
+version 3 (written now) it is the CRC-32C its record's head carries -- the record checks its
+head and each chunk itself, so its bytes are read once; in version 2 it is the zlib CRC-32 of
+the whole record, checked before decoding.
+
 A file is untrusted input: its header is checked against the schema of ``docs/format.md``
 (section 5) before anything else is read or allocated -- types and ranges of every field,
 tensor records tiling their segments, shapes and dtypes matching byte counts, sections inside
@@ -42,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..container import KIND_CHECKPOINT, Source, atomic_write, check_crc, crc32, pack, unpack_header
+from ..container import KIND_CHECKPOINT, Source, atomic_write, check_crc, crc32, pack, stream_version, unpack_header
 from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import codec
 from .state import NUMPY_DTYPES, TORCH_NAMES, Tensor, TorchBytes, check_skeleton, flatten, unflatten
@@ -128,7 +133,8 @@ def encode(snap: Snapshot, base: Snapshot | None = None, base_file: str | None =
             b = None
         rec = codec.encode(seg, key[0], base=b, workers=workers)
         records.append(rec)
-        seg_meta.append(dict(dtype=key[0], nbytes=int(seg.size), length=len(rec), crc=crc32(rec), delta=b is not None))
+        seg_meta.append(dict(dtype=key[0], nbytes=int(seg.size), length=len(rec), crc=codec.head_checksum(rec),
+                             delta=b is not None))
     use_base = base is not None and any(m["delta"] for m in seg_meta)
     snap.depth = base.depth + 1 if use_base else 0
     tensors = [[t.name, t.kind, t.dtype, list(t.shape), s, off, int(t.data.size)]
@@ -377,16 +383,20 @@ def _decode(src: Source, h: dict, lay: _Layout, name: str, base: Snapshot | None
         except CorruptStreamError as exc:
             raise CorruptStreamError(f"{name}: {exc}") from exc
     base_seg = {} if base is None else dict(zip(base.keys, base.segments))
+    v3 = stream_version(src) >= 3
     segments = []
     for s, m in enumerate(h["segments"]):
         spans = lay.spans[s]
         what = _names(spans, 0, m["nbytes"])
         rec = src.read(lay.record_at[s], m["length"], f"segment of tensors {what}")
         try:
-            check_crc(rec, m["crc"], f"segment of tensors {what}")
+            if not v3:
+                check_crc(rec, m["crc"], f"segment of tensors {what}")
             head = codec.info(rec)
-            if head["n_bytes"] != m["nbytes"] or head["delta"] != m["delta"]:
+            if head["n_bytes"] != m["nbytes"] or head["delta"] != m["delta"] or head["crc32c"] != v3:
                 raise CorruptStreamError("the segment record disagrees with the header")
+            if v3 and codec.head_checksum(rec) != m["crc"]:
+                raise CorruptStreamError("checksum mismatch between the header and the segment record's head")
             b = None
             if m["delta"]:
                 key = (m["dtype"], tuple((n, shape) for _, _, n, shape in spans))

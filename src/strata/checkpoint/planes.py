@@ -9,7 +9,9 @@ most significant first: plane ``k`` holds byte ``k`` of every element. Integer a
 elements are split into planes without rotation (the high bytes of small integers are zero).
 
 Both directions are compiled loops over little-endian elements of 1, 2, 4 or 8 bytes; the
-round trip is bit-exact for every pattern (NaN payloads, -0.0, subnormals, infinities).
+round trip is bit-exact for every pattern (NaN payloads, -0.0, subnormals, infinities). The
+merge reads each plane from its own array (:func:`merge2`, :func:`merge4`, :func:`merge8`), so
+a decoder hands it the raw planes where they lie in the stream, without copying them first.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ def split_into(data, itemsize, rotate, out):
     first moves the sign bit to the least significant position."""
     n = data.shape[0] // itemsize
     if itemsize == 1:
-        out[0, :] = data[:n]
+        for i in range(n):  # (a loop: numba's slice assignment copies byte by byte)
+            out[0, i] = data[i]
     elif itemsize == 2:
         u = data[:2 * n].view(np.uint16)
         for i in range(n):
@@ -63,29 +66,40 @@ def split_into(data, itemsize, rotate, out):
 
 
 @njit(nogil=True, cache=True)
-def merge_into(planes, itemsize, rotate, out):
-    """Inverse of :func:`split_into`: the element bytes into ``out`` (uint8, ``n * itemsize``)."""
-    n = planes.shape[1]
-    if itemsize == 1:
-        out[:n] = planes[0]
-    elif itemsize == 2:
-        u = out[:2 * n].view(np.uint16)
-        for i in range(n):
-            v = (np.uint64(planes[0, i]) << np.uint64(8)) | np.uint64(planes[1, i])
-            u[i] = _rotr(v, 16, _MASK16, rotate)
-    elif itemsize == 4:
-        u = out[:4 * n].view(np.uint32)
-        for i in range(n):
-            v = ((np.uint64(planes[0, i]) << np.uint64(24)) | (np.uint64(planes[1, i]) << np.uint64(16))
-                 | (np.uint64(planes[2, i]) << np.uint64(8)) | np.uint64(planes[3, i]))
-            u[i] = _rotr(v, 32, _MASK32, rotate)
-    else:
-        u = out[:8 * n].view(np.uint64)
-        for i in range(n):
-            v = np.uint64(0)
-            for k in range(8):
-                v = (v << np.uint64(8)) | np.uint64(planes[k, i])
-            u[i] = _rotr(v, 64, _MASK64, rotate)
+def merge2(p0, p1, rotate, out):
+    """Inverse of :func:`split_into` for 2-byte elements: planes ``p0`` (most significant),
+    ``p1`` (uint8, ``n`` each, any arrays) into ``out`` (uint8, ``2 n``)."""
+    n = p0.shape[0]
+    u = out[:2 * n].view(np.uint16)
+    for i in range(n):
+        v = (np.uint64(p0[i]) << np.uint64(8)) | np.uint64(p1[i])
+        u[i] = _rotr(v, 16, _MASK16, rotate)
+
+
+@njit(nogil=True, cache=True)
+def merge4(p0, p1, p2, p3, rotate, out):
+    """Inverse of :func:`split_into` for 4-byte elements: planes ``p0`` .. ``p3`` (uint8, ``n``
+    each, most significant first) into ``out`` (uint8, ``4 n``)."""
+    n = p0.shape[0]
+    u = out[:4 * n].view(np.uint32)
+    for i in range(n):
+        v = ((np.uint64(p0[i]) << np.uint64(24)) | (np.uint64(p1[i]) << np.uint64(16))
+             | (np.uint64(p2[i]) << np.uint64(8)) | np.uint64(p3[i]))
+        u[i] = _rotr(v, 32, _MASK32, rotate)
+
+
+@njit(nogil=True, cache=True)
+def merge8(p0, p1, p2, p3, p4, p5, p6, p7, rotate, out):
+    """Inverse of :func:`split_into` for 8-byte elements: planes ``p0`` .. ``p7`` (uint8, ``n``
+    each, most significant first) into ``out`` (uint8, ``8 n``)."""
+    n = p0.shape[0]
+    u = out[:8 * n].view(np.uint64)
+    for i in range(n):
+        v = ((np.uint64(p0[i]) << np.uint64(56)) | (np.uint64(p1[i]) << np.uint64(48))
+             | (np.uint64(p2[i]) << np.uint64(40)) | (np.uint64(p3[i]) << np.uint64(32))
+             | (np.uint64(p4[i]) << np.uint64(24)) | (np.uint64(p5[i]) << np.uint64(16))
+             | (np.uint64(p6[i]) << np.uint64(8)) | np.uint64(p7[i]))
+        u[i] = _rotr(v, 64, _MASK64, rotate)
 
 
 def split(data: np.ndarray, itemsize: int, rotate: bool) -> np.ndarray:
@@ -97,8 +111,12 @@ def split(data: np.ndarray, itemsize: int, rotate: bool) -> np.ndarray:
 
 
 def merge(planes: np.ndarray, itemsize: int, rotate: bool) -> np.ndarray:
-    """Inverse of :func:`split`: the element bytes (uint8, ``n * itemsize``)."""
+    """Inverse of :func:`split`: the element bytes (uint8, ``n * itemsize``) of ``planes``
+    (uint8 ``(itemsize, n)``, ``itemsize`` 1, 2, 4 or 8)."""
     planes = np.ascontiguousarray(planes, dtype=np.uint8)
     out = np.empty(planes.shape[1] * itemsize, np.uint8)
-    merge_into(planes, itemsize, rotate, out)
+    if itemsize == 1:
+        out[:] = planes[0]
+    else:
+        {2: merge2, 4: merge4, 8: merge8}[itemsize](*planes, rotate, out)
     return out

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .tables import PACKED_BIAS_SHIFT as _PACKED_BIAS_SHIFT
+from .tables import PACKED_FREQ_SHIFT as _PACKED_FREQ_SHIFT
 from .tables import SCALE_BITS
 
 #: Lower bound of the normalized state interval ``[RANS_L, 2**16 * RANS_L)``.
@@ -193,6 +195,17 @@ def _shift_in(state, buf, q):
     need = state < RANS_L
     v = np.int64(buf[q]) | (np.int64(buf[q + np.uint64(1)]) << 8)
     return ((state << 16) | v) if need else state, 2 * np.int64(need)
+
+
+@njit(inline="always")
+def decode_step_packed(state, entry, buf, pos):
+    """Consume the symbol of ``state``'s slot given its packed table entry (int64, see
+    :func:`strata.entropy.tables.packed_decode_table`), then renormalize from ``buf[pos:pos + 2]``
+    (which must exist) as a select; returns ``(state, pos)``."""
+    f = ((entry >> _PACKED_FREQ_SHIFT) & _MASK) + 1
+    state = f * (state >> SCALE_BITS) + (entry >> _PACKED_BIAS_SHIFT)
+    state, n = _shift_in(state, buf, np.uint64(pos))
+    return state, pos + n
 
 
 @njit(inline="always")

@@ -300,3 +300,39 @@ def split_decode_tables(freq, cmap):
             symbols[c * SCALE + slot:c * SCALE + slot + f] = s
             slot += f
     return symbols, info
+
+
+#: Bit fields of a packed decode entry (:func:`packed_decode_table`).
+PACKED_FREQ_SHIFT = 8
+PACKED_BIAS_SHIFT = 8 + SCALE_BITS
+
+
+@njit(nogil=True, cache=True)
+def packed_decode_table(freq):
+    """Decode tables with one 32-bit entry per slot, for decoders that keep several rANS states
+    in flight (one load per symbol instead of two dependent ones).
+
+    Args:
+        freq: normalized frequencies, int64 ``(n_tables, n_symbols)``, ``n_symbols <= 256``.
+
+    Returns:
+        uint32 ``(n_tables * SCALE,)`` indexed by ``table << SCALE_BITS | slot``: the slot's
+        symbol in bits 0-7, its frequency minus one from bit :data:`PACKED_FREQ_SHIFT` and
+        ``slot - cumulative frequency`` from bit :data:`PACKED_BIAS_SHIFT` (11 bits each), so
+        the next state is ``(f - 1 + 1) * (state >> SCALE_BITS) + bias``. The slots of a table
+        whose frequencies do not add up to ``SCALE`` (unused) hold symbol 255 (invalid), frequency 1.
+    """
+    n_t, n_s = freq.shape
+    out = np.full(n_t * SCALE, INVALID_ENTRY, np.uint32)
+    for t in range(n_t):
+        total = 0
+        for s in range(n_s):
+            total += freq[t, s]
+        if total != SCALE:
+            continue
+        slot = 0
+        for s in range(n_s):
+            for k in range(freq[t, s]):
+                out[t * SCALE + slot] = s | ((freq[t, s] - 1) << PACKED_FREQ_SHIFT) | (k << PACKED_BIAS_SHIFT)
+                slot += 1
+    return out

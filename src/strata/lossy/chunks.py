@@ -11,6 +11,11 @@ merges them into fewer tables when the table bytes would outweigh the gain
 (:data:`CONTEXT_GROUPS`). Runs of zero codes in smooth regions then cost a few hundredths of
 a bit each, the role zstd plays after Huffman coding in SZ3.
 
+Levels of big chunks take the *lanes* coder (format version 3, :data:`CODER_LANES`): four
+interleaved rANS states and contexts that need nothing from the row being decoded, so the
+decoder keeps four symbols in flight instead of waiting on each (interleaving after F.
+Giesen, "Interleaved entropy coders", arXiv:1402.3392, 2014).
+
 Chunk layout: ``varint n_rans | varint n_raw | rANS bytes | raw bits | unpredictable values``
 (little-endian, dtype of the data).
 """
@@ -26,6 +31,20 @@ from .quantize import MISSING, RADIUS, UNPREDICTABLE
 
 N_CONTEXTS = 27
 _SLOT_MASK = tables.SCALE - 1
+
+#: Level coders (the high nibble of a level head's first byte). ``CODER_SERIAL``: one rANS
+#: state; the third context neighbour is the previous point along axis 2 (version 2 streams).
+#: ``CODER_LANES``: ``LANES`` interleaved states, symbol ``j`` of a row (its coded points, in
+#: order) in lane ``j % LANES``, and every context known before the row is decoded (the third
+#: neighbour of a point whose previous point is of the same level is the next point of the row
+#: above), so the decoder keeps several symbols in flight.
+CODER_SERIAL, CODER_LANES = 0, 1
+LANES = 4
+#: ``ctxs`` of the encoder hold ``context + lane * LANE_UNIT``.
+LANE_SHIFT = 5
+LANE_UNIT = 1 << LANE_SHIFT
+#: Estimated coded bytes per chunk from which a level takes :data:`CODER_LANES`.
+LANES_MIN_CHUNK_BYTES = 2048
 
 
 def _group_maps():
@@ -109,11 +128,12 @@ def _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2,
 
 @njit(parallel=True, nogil=True, cache=True)
 def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw,
-            raw_offsets, n_raw, n_unpred, n_workers):
+            raw_offsets, n_raw, n_unpred, coder, n_workers):
     """Symbols, contexts, raw bits and histograms of every chunk of a level (encoder, pass 1).
 
     ``syms``/``ctxs`` (uint8, level points in chunk order, from ``offsets[c]``) receive each
-    coded point's symbol and context, ``n_syms[c]`` the number of chunk ``c``'s symbols (its
+    coded point's symbol and context (for :data:`CODER_LANES`, plus its lane times
+    :data:`LANE_UNIT`), ``n_syms[c]`` the number of chunk ``c``'s symbols (its
     points less the missing ones: ``missing`` is the flat uint8 mask, empty without one);
     ``hist[w, ctx, sym]`` (int64, ``w < n_workers``) accumulates the counts of the
     chunks worker ``w`` handled; ``raw[raw_offsets[c]:]`` the raw bits of
@@ -134,7 +154,7 @@ def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, 
             local = np.zeros(N_CONTEXTS * ALPHABET, np.int64)
             k0 = offsets[c]
             nu, n_out, ns = _analyze_chunk(codes, missing, mags, syms[k0:], ctxs[k0:], local, raw[raw_offsets[c]:],
-                                           h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+                                           h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base, coder)
             n_syms[c] = ns
             n_raw[c] = n_out
             n_unpred[c] = nu
@@ -145,7 +165,7 @@ def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, 
 
 @njit(nogil=True, _nrt=False)
 def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2,
-                   base):
+                   base, coder):
     """One chunk of :func:`analyze`: returns ``(unpredictable values, raw bytes written,
     symbols)``; missing points get no symbol (their class stays 0). ``uint64`` indices (no
     wraparound code), no reference counting."""
@@ -168,12 +188,17 @@ def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, h0, h1, h2, lo0
             p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
             ust = np.uint64(st)
             step = np.uint64(st * d2)
+            # the third neighbour: the previous point along axis 2, unless the lanes coder
+            # would then wait on it (same level): the next point of the row above instead
+            third = up1 - np.uint64(1) if coder == CODER_LANES and st == 1 else np.uint64(1)
+            lane = np.uint64(0)
+            lane_step = np.uint64(1 if coder == CODER_LANES else 0)
             for _ in range(f, lo2 + h2, st):
                 if has_missing and missing[idx]:
                     p += ust
                     idx += step
                     continue
-                ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - np.uint64(1)]
+                ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - third]
                 code = np.int64(codes[idx])
                 if code == UNPREDICTABLE:
                     sym = ESCAPE
@@ -187,7 +212,8 @@ def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, h0, h1, h2, lo0
                         acc, nacc, pos = rans.bits_put(acc, nacc, raw, pos, extra, nbits)
                 mags[p] = (sym > 0) + (sym > 2)
                 syms[k] = sym
-                ctxs[k] = ctx
+                ctxs[k] = ctx + lane * np.uint64(LANE_UNIT)
+                lane = (lane + lane_step) & np.uint64(LANES - 1)
                 local[ctx * np.uint64(ALPHABET) + np.uint64(sym)] += 1
                 k += np.uint64(1)
                 p += ust
@@ -198,7 +224,7 @@ def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, h0, h1, h2, lo0
 
 @njit(parallel=True, nogil=True, cache=True)
 def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
-           ctxmap, enc, n_unpred, buf, buf_offsets, n_rans, n_workers):
+           ctxmap, enc, n_unpred, buf, buf_offsets, n_rans, coder, n_workers):
     """rANS-code every chunk (encoder, pass 2).
 
     Chunk ``c`` is written to ``buf[buf_offsets[c]:buf_offsets[c + 1]]`` as
@@ -214,6 +240,7 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
     n_s = enc.shape[1]
     # chunks differ in cost: each worker takes every n_workers-th chunk
     for w in prange(n_workers):
+        states = np.empty(LANES, np.int64)
         for c in range(w, boxes.shape[0], n_workers):
             lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
             pos = buf_offsets[c]
@@ -232,7 +259,11 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
                                     pos += 1
             k0 = offsets[c]
             k1 = k0 + n_syms[c]
-            n_rans[c] = _encode_chunk(syms[k0:k1], ctxs[k0:k1], ctxmap, flat, n_s, buf[:buf_offsets[c + 1]])
+            if coder == CODER_LANES:
+                n_rans[c] = _encode_chunk_lanes(syms[k0:k1], ctxs[k0:k1], ctxmap, flat, n_s, buf[:buf_offsets[c + 1]],
+                                                states)
+            else:
+                n_rans[c] = _encode_chunk(syms[k0:k1], ctxs[k0:k1], ctxmap, flat, n_s, buf[:buf_offsets[c + 1]])
 
 
 @njit(nogil=True, _nrt=False)
@@ -248,6 +279,28 @@ def _encode_chunk(syms, ctxs, ctxmap, enc, n_s, buf):
         j = rans.encoder_offset(ctxmap[np.uint64(ctxs[k])], syms[k], n_s)
         state, rpos = rans.encode_put_fast(state, buf, rpos, enc, j)
     rpos = rans.encode_flush(state, buf, rpos)
+    return end - rpos
+
+
+@njit(nogil=True, _nrt=False)
+def _encode_chunk_lanes(syms, ctxs, ctxmap, enc, n_s, buf, states):
+    """:func:`_encode_chunk` for :data:`CODER_LANES`: symbol ``k`` goes through the state of
+    its lane (``ctxs[k] // LANE_UNIT``), all lanes writing to one stream backwards; the final
+    states are flushed last lane first, so the decoder reads lane 0's first. ``states`` is
+    scratch (int64, ``LANES``)."""
+    n = syms.shape[0]
+    end = buf.shape[0]
+    rpos = end
+    for j in range(LANES):
+        states[j] = rans.RANS_L
+    for i in range(n):
+        k = np.uint64(n - 1 - i)
+        c = np.uint64(ctxs[k])
+        lane = c >> np.uint64(LANE_SHIFT)
+        j = rans.encoder_offset(ctxmap[c & np.uint64(LANE_UNIT - 1)], syms[k], n_s)
+        states[lane], rpos = rans.encode_put_fast(states[lane], buf, rpos, enc, j)
+    for j in range(LANES - 1, -1, -1):
+        rpos = rans.encode_flush(states[j], buf, rpos)
     return end - rpos
 
 
@@ -411,6 +464,114 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, missin
     return sa == rans.RANS_L, rpos, k
 
 
+@njit(inline="always")
+def _read_u32(buf, pos):
+    return (np.int64(buf[pos]) | (np.int64(buf[pos + 1]) << 8) | (np.int64(buf[pos + 2]) << 16)
+            | (np.int64(buf[pos + 3]) << 24))
+
+
+@njit(nogil=True, _nrt=False)
+def _decode_symbols_lanes(payload, rpos, r_end, packed, cmap, mags, out, tcol, pcol, missing, h0, h1, h2, lo0, lo1,
+                          lo2, d0, d1, d2, r0, r1, r2, base):
+    """:func:`_decode_symbols` for :data:`CODER_LANES`, row by row: first the table of each of
+    the row's points (its context, from the row above, the slice before and coarser points:
+    nothing the row decodes), then the symbols through ``LANES`` rANS states taken in turn
+    (their updates independent, only the stream position shared), then the row's classes
+    into ``mags``. ``packed`` is the level's :func:`~strata.entropy.tables.packed_decode_table`,
+    ``cmap`` the table of each context; ``tcol``/``pcol`` scratch (int64, ``h2``). Returns
+    ``(ok, rpos, n)`` as :func:`_decode_symbols` does; stream reads stay below ``r_end + 8``
+    (``payload`` is padded)."""
+    p1 = h2 + 1
+    p0 = (h1 + 1) * p1
+    up0 = np.uint64(p0)
+    up1 = np.uint64(p1)
+    has_missing = missing.shape[0] > 0
+    if r_end - rpos < rans.STATE_BYTES * LANES:
+        return False, rpos, 0
+    s0 = _read_u32(payload, rpos)
+    s1 = _read_u32(payload, rpos + 4)
+    s2 = _read_u32(payload, rpos + 8)
+    s3 = _read_u32(payload, rpos + 12)
+    rpos += rans.STATE_BYTES * LANES
+    if min(min(s0, s1), min(s2, s3)) < rans.RANS_L:
+        return False, rpos, 0
+    k = 0
+    top = np.uint8(0)
+    for a in range(h0):
+        for b in range(h1):
+            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+            if st == 0:
+                continue
+            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
+            ust = np.uint64(st)
+            third = up1 - np.uint64(1) if st == 1 else np.uint64(1)
+            n = 0
+            if has_missing:
+                idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
+                step = np.uint64(st * d2)
+                for _ in range(f, lo2 + h2, st):
+                    if missing[idx] == 0:
+                        pcol[n] = p
+                        tcol[n] = cmap[np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1]
+                                       + mags[p - third]] << tables.SCALE_BITS
+                        n += 1
+                    p += ust
+                    idx += step
+            else:
+                n = (lo2 + h2 - 1 - f) // st + 1
+                for i in range(n):
+                    q = p + np.uint64(i) * ust
+                    ctx = np.uint64(9) * mags[q - up0] + np.uint64(3) * mags[q - up1] + mags[q - third]
+                    tcol[i] = cmap[ctx] << tables.SCALE_BITS
+            j = 0
+            while j + LANES <= n:
+                if rpos > r_end:
+                    return False, rpos, 0
+                e0 = np.int64(packed[np.uint64(tcol[j] | (s0 & _SLOT_MASK))])
+                e1 = np.int64(packed[np.uint64(tcol[j + 1] | (s1 & _SLOT_MASK))])
+                e2 = np.int64(packed[np.uint64(tcol[j + 2] | (s2 & _SLOT_MASK))])
+                e3 = np.int64(packed[np.uint64(tcol[j + 3] | (s3 & _SLOT_MASK))])
+                s0, rpos = rans.decode_step_packed(s0, e0, payload, rpos)
+                s1, rpos = rans.decode_step_packed(s1, e1, payload, rpos)
+                s2, rpos = rans.decode_step_packed(s2, e2, payload, rpos)
+                s3, rpos = rans.decode_step_packed(s3, e3, payload, rpos)
+                o = np.uint64(k + j)
+                out[o] = e0 & 0xFF
+                out[o + np.uint64(1)] = e1 & 0xFF
+                out[o + np.uint64(2)] = e2 & 0xFF
+                out[o + np.uint64(3)] = e3 & 0xFF
+                j += LANES
+            if j < n:  # the row's last symbols: lanes 0, 1, 2 as needed
+                if rpos > r_end:
+                    return False, rpos, 0
+                e0 = np.int64(packed[np.uint64(tcol[j] | (s0 & _SLOT_MASK))])
+                s0, rpos = rans.decode_step_packed(s0, e0, payload, rpos)
+                out[np.uint64(k + j)] = e0 & 0xFF
+                if j + 1 < n:
+                    e1 = np.int64(packed[np.uint64(tcol[j + 1] | (s1 & _SLOT_MASK))])
+                    s1, rpos = rans.decode_step_packed(s1, e1, payload, rpos)
+                    out[np.uint64(k + j + 1)] = e1 & 0xFF
+                if j + 2 < n:
+                    e2 = np.int64(packed[np.uint64(tcol[j + 2] | (s2 & _SLOT_MASK))])
+                    s2, rpos = rans.decode_step_packed(s2, e2, payload, rpos)
+                    out[np.uint64(k + j + 2)] = e2 & 0xFF
+            if has_missing:
+                for i in range(n):
+                    sym = out[np.uint64(k + i)]
+                    top = max(top, sym)
+                    mags[np.uint64(pcol[i])] = (sym > 0) + (sym > 2)
+            else:
+                for i in range(n):
+                    sym = out[np.uint64(k + i)]
+                    top = max(top, sym)
+                    mags[p + np.uint64(i) * ust] = (sym > 0) + (sym > 2)
+            if top > ESCAPE:
+                return False, rpos, 0
+            k += n
+    ok = s0 == rans.RANS_L and s1 == rans.RANS_L and s2 == rans.RANS_L and s3 == rans.RANS_L
+    return ok, rpos, np.int64(k)
+
+
 #: Code of each symbol below ``DIRECT`` (no raw bits).
 _DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z in range(DIRECT)], np.int32)
 
@@ -467,7 +628,7 @@ def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, item
 
 @njit(parallel=True, nogil=True, cache=True)
 def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing, shape, stride, refined,
-           base, boxes, symbols, info, zero, errors, n_workers):
+           base, boxes, coder, cmap, symbols, info, zero, packed, errors, n_workers):
     """Decode the chunks ``chunk_ids`` of a level into ``codes`` (and unpredictable values
     into ``out_bytes``, the output array's bytes). ``missing`` is the flat uint8 mask (empty
     without one), known for the chunks' points before their codes.
@@ -475,7 +636,9 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
     Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``; ``symbols``/``info`` hold
     the level's split decode tables (:func:`strata.entropy.tables.split_decode_tables`) for
     each of the 27 contexts, and ``zero`` (int64, 27) the slots of symbol 0 of each where the
-    decoder takes its fast path for that symbol (:func:`parse_level_head`). ``codes`` must
+    decoder takes its fast path for that symbol (:func:`parse_level_head`), for
+    :data:`CODER_SERIAL`; for :data:`CODER_LANES`, ``packed`` and ``cmap`` (the table of each
+    context). ``codes`` must
     hold the codes of the coarser levels inside the chunks (they give the contexts).
     ``errors[j]`` is set to a non-zero reason when the chunk is inconsistent: 1 bad lengths,
     2 invalid symbol or missing value, 3 rANS stream not consumed exactly, 4 raw bits or
@@ -503,8 +666,14 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
             x_end = r_end + n_x
             mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
             syms = np.empty(h0 * h1 * h2, np.uint8)
-            ok, rpos, n = _decode_symbols(payload, pos, r_end, symbols, info, zero, mags, syms, missing, h0, h1, h2,
-                                          lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+            if coder == CODER_LANES:
+                tcol = np.empty(h2, np.int64)
+                pcol = np.empty(h2, np.int64)
+                ok, rpos, n = _decode_symbols_lanes(payload, pos, r_end, packed, cmap, mags, syms, tcol, pcol, missing,
+                                                    h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+            else:
+                ok, rpos, n = _decode_symbols(payload, pos, r_end, symbols, info, zero, mags, syms, missing, h0, h1,
+                                              h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
             if not ok:
                 errors[j] = 2 if n == 0 else 3
                 continue
@@ -537,82 +706,88 @@ def runner(kernel, small: bool):
 ZERO_FAST_PATH = 0.7
 
 #: Errors of :func:`parse_level_head`, by status.
-HEAD_ERRORS = {1: "unknown context grouping", 2: "chunk edge out of range", 3: "malformed frequency tables",
+HEAD_ERRORS = {1: "unknown context grouping or coder", 2: "chunk edge out of range", 3: "malformed frequency tables",
                4: "invalid frequency table", 5: "truncated or malformed chunk lengths",
                6: "chunk lengths do not add up to the payload", 7: "truncated chunk checksums or trailing bytes"}
 
 
 @njit(nogil=True, cache=True)
 def parse_level_head(head, payload_len, groups, zero_fast_path):
-    """Parse a level head (``u8 grouping | u8 log2 chunk edge | varint table length | tables |
-    varint n_chunks | n_chunks varint lengths | n_chunks u32 CRC-32``, its own CRC removed).
+    """Parse a level head (``u8 coder << 4 | grouping | u8 log2 chunk edge | varint table length |
+    tables | varint n_chunks | n_chunks varint lengths | n_chunks u32 CRC-32``, its own CRC
+    removed; version 2 streams have coder 0).
 
-    Returns ``(status, grouping, log2 chunk edge, symbols, info, zero, offsets, crcs)``:
-    ``status`` 0 or a key of :data:`HEAD_ERRORS`; the split decode tables of the 27
-    contexts; ``zero`` the slots of symbol 0 per context where the decoder's fast path is on
-    (when zero codes are more than ``zero_fast_path`` of the level, a decoder-side choice);
-    the chunk offsets in the payload (``n_chunks + 1``) and the chunks' CRC-32.
+    Returns ``(status, grouping, coder, log2 chunk edge, symbols, info, zero, packed, offsets,
+    crcs)``: ``status`` 0 or a key of :data:`HEAD_ERRORS`; for :data:`CODER_SERIAL` the split
+    decode tables of the 27 contexts and ``zero``, the slots of symbol 0 per context where the
+    decoder's fast path is on (when zero codes are more than ``zero_fast_path`` of the level, a
+    decoder-side choice); for :data:`CODER_LANES` the packed decode tables (``packed``); the
+    chunk offsets in the payload (``n_chunks + 1``) and the chunks' CRC-32.
     """
     n_ctx = groups.shape[1]
     symbols = np.zeros(0, np.uint8)
     info = np.zeros(0, np.uint32)
     zero = np.zeros(n_ctx, np.int64)
+    packed = np.zeros(0, np.uint32)
     offsets = np.zeros(1, np.int64)
     crcs = np.zeros(0, np.int64)
     end = head.shape[0]
     if end < 2:
-        return 5, 0, 0, symbols, info, zero, offsets, crcs
-    group, tile_log2 = np.int64(head[0]), np.int64(head[1])
-    if group >= groups.shape[0]:
-        return 1, group, tile_log2, symbols, info, zero, offsets, crcs
+        return 5, 0, 0, 0, symbols, info, zero, packed, offsets, crcs
+    group, coder, tile_log2 = np.int64(head[0] & 0x0F), np.int64(head[0] >> 4), np.int64(head[1])
+    if group >= groups.shape[0] or coder > CODER_LANES:
+        return 1, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     if tile_log2 > 20:
-        return 2, group, tile_log2, symbols, info, zero, offsets, crcs
+        return 2, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     cmap = groups[group]
     tlen, pos = _varint(head, 2, end)
     if tlen < 0 or tlen > end - pos:
-        return 3, group, tile_log2, symbols, info, zero, offsets, crcs
+        return 3, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     n_tables = 0
     for t in cmap:
         n_tables = max(n_tables, t + 1)
     codes, st = tables._deserialize(head[pos:pos + tlen], n_tables, ALPHABET)
     if st != 0:
-        return 3, group, tile_log2, symbols, info, zero, offsets, crcs
+        return 3, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     counts = tables.approx_value(codes)
     freq = tables.normalize(counts)
     for t in range(n_tables):
         if freq[t, 0] < 0:
-            return 4, group, tile_log2, symbols, info, zero, offsets, crcs
-    symbols, info = tables.split_decode_tables(freq, cmap)
-    total, zeros = 0, 0
-    for t in range(n_tables):
-        zeros += counts[t, 0]
-        for s_ in range(counts.shape[1]):
-            total += counts[t, s_]
-    if total > 0 and zeros >= zero_fast_path * total:
-        for c in range(n_ctx):
-            zero[c] = info[c * tables.SPLIT_SYMBOLS] & 0xFFF
+            return 4, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+    if coder == CODER_LANES:
+        packed = tables.packed_decode_table(freq)
+    else:
+        symbols, info = tables.split_decode_tables(freq, cmap)
+        total, zeros = 0, 0
+        for t in range(n_tables):
+            zeros += counts[t, 0]
+            for s_ in range(counts.shape[1]):
+                total += counts[t, s_]
+        if total > 0 and zeros >= zero_fast_path * total:
+            for c in range(n_ctx):
+                zero[c] = info[c * tables.SPLIT_SYMBOLS] & 0xFFF
     pos += tlen
     n_chunks, pos = _varint(head, pos, end)
     if n_chunks < 0 or n_chunks > end:
-        return 5, group, tile_log2, symbols, info, zero, offsets, crcs
+        return 5, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     offsets = np.zeros(n_chunks + 1, np.int64)
     for c in range(n_chunks):
         v, pos = _varint(head, pos, end)
         if v < 0:
-            return 5, group, tile_log2, symbols, info, zero, offsets, crcs
+            return 5, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
         if v > payload_len - offsets[c]:  # (before adding: no wrap-around)
-            return 6, group, tile_log2, symbols, info, zero, offsets, crcs
+            return 6, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
         offsets[c + 1] = offsets[c] + v
     if offsets[n_chunks] != payload_len:
-        return 6, group, tile_log2, symbols, info, zero, offsets, crcs
+        return 6, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     if pos + 4 * n_chunks != end:
-        return 7, group, tile_log2, symbols, info, zero, offsets, crcs
+        return 7, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     crcs = np.empty(n_chunks, np.int64)
     for c in range(n_chunks):
         q = pos + 4 * c
         crcs[c] = (np.int64(head[q]) | np.int64(head[q + 1]) << 8 | np.int64(head[q + 2]) << 16
                    | np.int64(head[q + 3]) << 24)
-    return 0, group, tile_log2, symbols, info, zero, offsets, crcs
+    return 0, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
 
 
 @njit(nogil=True, cache=True)

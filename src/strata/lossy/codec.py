@@ -24,6 +24,7 @@ import numpy as np
 
 from .._numba import kernel_threads, workers
 from ..container import KIND_LOSSY, Source, Writer, crc32, pack, unpack_header
+from ..entropy import rans
 from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError, UnsupportedDtypeError
 from . import chunks, exact, missing
 from . import mask as mask_coder
@@ -231,13 +232,15 @@ def level_geometry(part: Partition, level: int, tile: int | None = None):
     return part.cache[key]
 
 
-def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -> int:
-    """Chunk edge for ``level``: half the default when the level's estimated coded size
-    still gives every chunk at least ``MIN_CHUNK_BYTES`` (smaller chunks make region reads
-    cheaper; each chunk costs about a dozen bytes of index, checksum and coder state)."""
+def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -> tuple[int, int]:
+    """Chunk edge and coder for ``level``: half the default edge when the level's estimated
+    coded size still gives every chunk at least ``MIN_CHUNK_BYTES`` (smaller chunks make region
+    reads cheaper; each chunk costs about a dozen bytes of index, checksum and coder state);
+    :data:`~strata.lossy.chunks.CODER_LANES` when its chunks then average at least
+    :data:`~strata.lossy.chunks.LANES_MIN_CHUNK_BYTES` (its extra states cost 12 bytes a chunk)."""
     t = part.default_tile()
     if level == 0:
-        return t
+        return t, chunks.CODER_SERIAL
     q = part.level_stride(level)
     grid = codes.reshape(part.shape)[::q[0], ::q[1], ::q[2]]  # a view
     long_axes = sum(n > 1 for n in grid.shape)
@@ -245,7 +248,10 @@ def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -
     sample = grid[tuple(slice(None, None, skip if n > 1 else 1) for n in grid.shape)].ravel()
     est_bytes = sample_bits(sample, part.level_points(level), 8 * itemsize) / 8
     small = max(1, t // 2)
-    return small if est_bytes / part.chunk_boxes(level, small).shape[0] >= MIN_CHUNK_BYTES else t
+    if est_bytes / part.chunk_boxes(level, small).shape[0] >= MIN_CHUNK_BYTES:
+        t = small
+    lanes = est_bytes / part.chunk_boxes(level, t).shape[0] >= chunks.LANES_MIN_CHUNK_BYTES
+    return t, chunks.CODER_LANES if lanes else chunks.CODER_SERIAL
 
 
 def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarray,
@@ -253,7 +259,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     """Code one level: returns its head (tables, chunk index, CRC), its mask index and mask
     payload (empty without a mask: ``miss`` is the flat uint8 mask or None) and its payload
     (chunks)."""
-    tile = choose_tile(part, level, codes, orig.dtype.itemsize)
+    tile, coder = choose_tile(part, level, codes, orig.dtype.itemsize)
     shape, stride, refined, base, boxes = level_geometry(part, level, tile)
     if miss is None:
         mask_index, mask_payload, miss = b"", b"", missing.NO_MISSING
@@ -279,23 +285,23 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     small = n < chunks.SERIAL_POINTS
     analyze, encode, assemble = (chunks.runner(k, small) for k in (chunks.analyze, chunks.encode, chunks.assemble))
     analyze(codes, miss, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw, raw_offsets,
-            n_raw, n_unpred, n_workers)
+            n_raw, n_unpred, coder, n_workers)
     group, table_bytes, enc = chunks.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
     unpred_bytes = n_unpred * itemsize
     buf_offsets = np.zeros(n_chunks + 1, np.int64)
-    np.cumsum(unpred_bytes + 2 * n_syms + 8, out=buf_offsets[1:])
+    np.cumsum(unpred_bytes + 2 * n_syms + rans.STATE_BYTES * chunks.LANES + 4, out=buf_offsets[1:])
     buf = np.empty(int(buf_offsets[-1]), np.uint8)
     n_rans = np.zeros(n_chunks, np.int64)
     encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
-           cmap, enc, n_unpred, buf, buf_offsets, n_rans, n_workers)
+           cmap, enc, n_unpred, buf, buf_offsets, n_rans, coder, n_workers)
     lens = n_rans + n_raw + unpred_bytes + _varint_len(n_rans) + _varint_len(n_raw)
     out_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(lens, out=out_offsets[1:])
     payload = np.empty(int(out_offsets[-1]), np.uint8)
     assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, unpred_bytes, payload, out_offsets)
-    w = Writer().u8(group).u8(tile.bit_length() - 1).blob(table_bytes).varint(n_chunks)
+    w = Writer().u8(coder << 4 | group).u8(tile.bit_length() - 1).blob(table_bytes).varint(n_chunks)
     for ln in lens:
         w.varint(int(ln))
     pay = payload.tobytes()

@@ -29,11 +29,13 @@ cores (numba ``prange``).
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit, prange
 
 from .._numba import pick, serial_variant
-from .quantize import dequantize_into, quantize_into
+from .quantize import RADIUS, UNPREDICTABLE, dequantize_into, quantize_into, quantize_lane, select
 
 #: Points per parallel work item along the fastest axis.
 _BLOCK = 2048
@@ -41,6 +43,14 @@ _BLOCK = 2048
 _SERIAL_BELOW = 16384
 #: Points per slab (work item) when a step runs slab by slab.
 _SLAB_POINTS = 32768
+#: Parts a pass that runs row by row is split into, to run in parallel.
+_PARTS = 64
+#: Contiguous memory indices a row runner computes at a time into its scratch arrays.
+_CHUNK = 1024
+#: Lanes of the vector loops (AVX-512: 16 float32).
+_VECTOR = 16
+#: Largest distance of the points (in memory indices) that run over contiguous lanes.
+_MAX_LANE_STEP = 2
 
 
 # Prediction rules, by the neighbours a point has along its axis (see the table above); the
@@ -160,6 +170,16 @@ def _count(first, step, hi):
     return (hi - 1 - first) // step + 1
 
 
+#: Geometry of one pass (clipped to a slab) as the row runners take it: work item ``w`` is
+#: block ``w % nb`` (``_BLOCK`` points) of row ``w // nb``; row ``r`` is ``i0 = f0 + (r // c1) *
+#: steps0``, ``i1 = f1 + (r % c1) * steps1``, its ``c2`` points ``st2`` apart from ``f2`` on
+#: axis 2 (arrays ``mem0 = n1 * n2`` and ``n2`` apart on axes 0 and 1); the pass predicts along
+#: ``axis`` at stride ``s`` (neighbours ``d1`` apart in memory), an axis of ``n_axis`` points in
+#: the whole grid whose index ``ioff`` is the arrays' first; interpolation (``cub``) and
+#: quantizer (``eb``, ``inv_bin``, ``bin_width``) of its step.
+_Rows = namedtuple("_Rows", "nb c1 c2 f0 f1 f2 steps0 steps1 st2 mem0 n2 axis s n_axis ioff d1 cub eb inv_bin bin_width")
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
     """Run the passes of ``table`` in order. mode 0: encode, 1: decode, 2: preview.
@@ -174,12 +194,14 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
     The passes of one step run slab by slab along the first axis longer than 1 (``by_slab``
     says this is valid: a pass along that axis comes first and reads only coarser slabs;
     the other passes read within their slab), each slab doing all its passes while it is in
-    cache, slabs in parallel. Otherwise each pass sweeps the whole box in parallel.
+    cache, slabs in parallel. Otherwise each pass sweeps the whole box, its rows split into a
+    few parts per thread.
     """
     n1, n2 = shape[1], shape[2]
     mem0 = n1 * n2
     ax_s = 0 if shape[0] > 1 else (1 if shape[1] > 1 else 2)
     per_index = (mem0 if ax_s == 0 else (n2 if ax_s == 1 else 1))
+    passes = (shape, table, bounds, cubic, geo)
     n = table.shape[0]
     p0 = 0
     while p0 < n:
@@ -199,26 +221,82 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
             n_slabs = (hi - lo + width - 1) // width
             for u in prange(n_slabs):
                 a = lo + u * width
-                for p in range(p0, p1):
-                    _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, a, a + width, -1)
+                bx, bc = _scratch(mode, x)
+                _run(mode, x, codes, orig, missing, bx, bc, passes, (ax_s, a, a + width, p0, p1, 0, 1))
         else:
-            end = shape[ax_s]
             for p in range(p0, p1):
-                # whole pass, its rows in parallel
-                nw = _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, 0, end, -2)
-                if nw * _BLOCK < _SERIAL_BELOW:
-                    _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, 0, end, -1)
+                items = _pass_rows(shape, table, bounds, cubic, geo, p, ax_s, 0, shape[ax_s])[1]
+                if items * _BLOCK < _SERIAL_BELOW:
+                    bx, bc = _scratch(mode, x)
+                    _run(mode, x, codes, orig, missing, bx, bc, passes, (ax_s, 0, shape[ax_s], p, p + 1, 0, 1))
                 else:
-                    for w in prange(nw):
-                        _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, 0, end, w)
+                    # its rows in parallel, a few parts per thread
+                    parts = min(items, _PARTS)
+                    for t in prange(parts):
+                        bx, bc = _scratch(mode, x)
+                        _run(mode, x, codes, orig, missing, bx, bc, passes,
+                             (ax_s, 0, shape[ax_s], p, p + 1, t, parts))
         p0 = p1
 
 
-@njit(nogil=True, cache=True)
-def _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax_s, a, b, item):
-    """Points of pass ``p`` with index in ``[a, b)`` along axis ``ax_s``: all of them
-    (``item == -1``), only work item ``item >= 0``, or none (``item == -2``); returns the
-    number of work items."""
+@njit(inline="always")
+def _scratch(mode, x):
+    """Scratch arrays of a runner: ``_CHUNK`` values of ``x``'s dtype and, to encode, codes."""
+    return np.empty(_CHUNK, x.dtype), np.empty(_CHUNK if mode == 0 else 0, np.int32)
+
+
+@njit(inline="always")
+def _run(mode, x, codes, orig, missing, bx, bc, passes, span):
+    """:func:`_run_passes` compiled for ``mode`` (a literal in each call: a constant inside)."""
+    if mode == 0:
+        _run_passes(0, x, codes, orig, missing, bx, bc, passes, span)
+    elif mode == 1:
+        _run_passes(1, x, codes, orig, missing, bx, bc, passes, span)
+    else:
+        _run_passes(2, x, codes, orig, missing, bx, bc, passes, span)
+
+
+# The runners below take ``mode`` as a literal (numba compiles one version per mode) and run
+# without reference counting (``_nrt=False``: they allocate nothing), which would otherwise cost
+# a few atomic operations per array and call.
+@njit(nogil=True, _nrt=False)
+def _run_passes(mode, x, codes, orig, missing, bx, bc, passes, span):
+    """Passes ``p0 .. p1`` of ``passes = (shape, table, bounds, cubic, geo)`` (see
+    :func:`_sweep`), their points with index in ``[a, b)`` along axis ``ax_s``, of each pass
+    part ``part`` of ``parts`` of its work items (``span = (ax_s, a, b, p0, p1, part, parts)``);
+    ``bx``, ``bc``: scratch arrays (:func:`_scratch`).
+
+    Work item ``w`` of a pass is block ``w % nb`` (``_BLOCK`` points) of row ``w // nb``; rows
+    run over axis 1 inside axis 0."""
+    ax_s, a, b, p0, p1, part, parts = span
+    shape, table, bounds, cubic, geo = passes
+    for p in range(p0, p1):
+        g, items = _pass_rows(shape, table, bounds, cubic, geo, p, ax_s, a, b)
+        w0 = part * items // parts
+        w1 = (part + 1) * items // parts
+        if w1 <= w0:
+            continue
+        r = w0 // g.nb
+        blk = w0 % g.nb
+        r0 = r // g.c1
+        r1 = r % g.c1
+        for _ in range(w0, w1):
+            k0 = blk * _BLOCK
+            _row(mode, x, codes, orig, missing, bx, bc, g, g.f0 + r0 * g.steps0, g.f1 + r1 * g.steps1, k0,
+                 min(g.c2, k0 + _BLOCK))
+            blk += 1
+            if blk == g.nb:
+                blk = 0
+                r1 += 1
+                if r1 == g.c1:
+                    r1 = 0
+                    r0 += 1
+
+
+@njit(inline="always")
+def _pass_rows(shape, table, bounds, cubic, geo, p, ax_s, a, b):
+    """The rows (:data:`_Rows`) of pass ``p`` with index in ``[a, b)`` along axis ``ax_s``, and
+    their number of work items."""
     n1, n2 = shape[1], shape[2]
     mem0 = n1 * n2
     axis, s = table[p, 0], table[p, 1]
@@ -237,133 +315,133 @@ def _pass(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo, p, ax
     c0 = _count(f0, steps0, hi0)
     c1 = _count(f1, steps1, hi1)
     c2 = _count(f2, st2, hi2)
-    if c0 == 0 or c1 == 0 or c2 == 0:
-        return 0
     eb = bounds[p]
-    cub = cubic[p]
-    n_axis = geo[3 + axis]
-    ioff = geo[axis]
-    d1 = s * (mem0 if axis == 0 else (n2 if axis == 1 else 1))
-    inv_bin = 0.5 / eb if eb > 0 else 0.0
-    bin_width = 2.0 * eb
     nb = (c2 + _BLOCK - 1) // _BLOCK
-    total = c0 * c1 * nb
-    if item != -2:
-        w0, w1 = (item, item + 1) if item >= 0 else (0, total)
-        if mode == 0:
-            _rows_encode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                         axis, s, n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
-        elif mode == 1:
-            _rows_decode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                         axis, s, n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
-        else:
-            _rows_preview(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2,
-                          axis, s, n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
-    return total
-
-
-# One compiled row runner per mode (the mode is a constant inside each); no reference counting
-# (``_nrt=False``): they allocate nothing, and are called once per pass or work item.
-@njit(nogil=True, _nrt=False)
-def _rows_encode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-                 n_axis, ioff, d1, cub, eb, inv_bin, bin_width):
-    _run_rows(0, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
-
-
-@njit(nogil=True, _nrt=False)
-def _rows_decode(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-                 n_axis, ioff, d1, cub, eb, inv_bin, bin_width):
-    _run_rows(1, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
-
-
-@njit(nogil=True, _nrt=False)
-def _rows_preview(x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-                  n_axis, ioff, d1, cub, eb, inv_bin, bin_width):
-    _run_rows(2, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
+    rows = _Rows(nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s, geo[3 + axis], geo[axis],
+                 s * (mem0 if axis == 0 else (n2 if axis == 1 else 1)), cubic[p], eb,
+                 0.5 / eb if eb > 0 else 0.0, 2.0 * eb)
+    return rows, c0 * c1 * nb
 
 
 @njit(inline="always")
-def _run_rows(mode, x, codes, orig, missing, w0, w1, nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s,
-              n_axis, ioff, d1, cub, eb, inv_bin, bin_width):
-    """Work items ``w0 .. w1`` of a pass: item ``w`` is block ``w % nb`` (``_BLOCK`` points)
-    of row ``w // nb``; rows run over axis 1 inside axis 0. The divisions are done once."""
-    r = w0 // nb
-    blk = w0 % nb
-    r0 = r // c1
-    r1 = r % c1
-    for _ in range(w0, w1):
-        k0 = blk * _BLOCK
-        _row_work(mode, x, codes, orig, missing, f0 + r0 * steps0, f1 + r1 * steps1, k0, min(c2, k0 + _BLOCK), f2, st2,
-                  mem0, n2, axis, s, n_axis, ioff, d1, cub, eb, inv_bin, bin_width)
-        blk += 1
-        if blk == nb:
-            blk = 0
-            r1 += 1
-            if r1 == c1:
-                r1 = 0
-                r0 += 1
+def _row(mode, x, codes, orig, missing, bx, bc, g, i0, i1, k0, k1):
+    """Points ``k0 .. k1`` of the row ``(i0, i1)`` of the pass ``g`` (:data:`_Rows`). The edge
+    rules see a point's index along the pass axis plus ``ioff`` against ``n_axis``: its place in
+    the whole grid.
 
-
-@njit(inline="always")
-def _row_work(mode, x, codes, orig, missing, i0, i1, k0, k1, f2, st2, mem0, n2, axis, s, n_axis, ioff, d1, cub, eb,
-              inv_bin, bin_width):
-    """Points ``k0 .. k1`` of the row ``(i0, i1)`` of a pass; ``mode`` is a constant in each
-    of the three compiled row runners above. The edge rules see a point's index along the
-    pass axis plus ``ioff`` against ``n_axis``: its place in the whole grid."""
-    row = i0 * mem0 + i1 * n2 + f2
-    # unsigned indices: numba adds no negative-index wraparound to the loads (2x fewer instructions)
-    urow = np.uint64(row)
-    ust = np.uint64(st2)
-    u1 = np.uint64(d1)
-    u3 = np.uint64(3 * d1)
+    Cubic and linear points at most ``_MAX_LANE_STEP`` apart spanning at least ``_VECTOR``
+    memory indices run over the contiguous memory between them (:func:`_lanes`), which
+    numba/LLVM vectorizes; the others (and a zero bound, whose quantizer compares signs) point
+    by point (:func:`_scalar`)."""
+    row = i0 * g.mem0 + i1 * g.n2 + g.f2
+    s, st2 = g.s, g.st2
     if missing.shape[0] > 0:
         # with a mask the rule depends on which neighbours are valid: chosen point by point
-        for k in range(k0, k1):
-            idx = urow + np.uint64(k) * ust
-            r = _masked_rule(missing, idx, u1, ioff + (i0 if axis == 0 else (i1 if axis == 1 else f2 + k * st2)),
-                             n_axis, s, cub)
-            _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), eb, inv_bin, bin_width)
-        return
-    if axis != 2:
+        c_lo, c_hi, rule = k1, k1, -1
+    elif g.axis != 2:
         # off axis 2 the rule is the same along the whole row
-        rule = _rule(ioff + (i0 if axis == 0 else i1), n_axis, s, cub)
+        rule = _rule(g.ioff + (i0 if g.axis == 0 else i1), g.n_axis, s, g.cub)
         if mode == 2 and rule == _EXTRAP_QUAD:
             rule = _EXTRAP_LINEAR  # a preview compounds extrapolation over the levels it skips
+        c_lo, c_hi = k0, k1
+    else:
+        # along axis 2: points k in [c_lo, c_hi) are interior (cubic, or linear), the others near an edge
+        g2 = g.ioff + g.f2  # (index of the row's first point in the whole grid)
+        reach = 3 * s if g.cub else s
+        c_lo = min(k1, max(k0, -((g2 - reach) // st2)))
+        c_hi = min(k1, max(c_lo, -((g2 + reach - g.n_axis) // st2)))
+        rule = _CUBIC if g.cub else _LINEAR
+    lanes = (c_hi - c_lo - 1) * st2 + 1
+    vector = ((rule == _CUBIC or rule == _LINEAR) and st2 <= _MAX_LANE_STEP and lanes >= _VECTOR
+              and (mode != 0 or g.eb > 0))
+    # point by point: the edges (each point its own rule) and an interior that is not vectorized
+    for lo, hi, r in ((k0, c_lo, -1), (c_lo, c_hi, -2 if vector else rule), (c_hi, k1, -1)):
+        if hi > lo and r != -2:
+            _scalar(mode, x, codes, orig, missing, g, row, i0, i1, lo, hi, r)
+    if vector:
+        start = row + c_lo * st2
         if rule == _CUBIC:
-            for k in range(k0, k1):
-                idx = urow + np.uint64(k) * ust
-                _point(mode, x, codes, orig, idx, _cubic(x, idx, u1, u3), eb, inv_bin, bin_width)
+            _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, g.d1, True, g.eb, g.inv_bin, g.bin_width)
         else:
-            for k in range(k0, k1):
-                idx = urow + np.uint64(k) * ust
-                _point(mode, x, codes, orig, idx, _apply(x, idx, u1, rule), eb, inv_bin, bin_width)
-        return
-    # along axis 2: points k in [c_lo, c_hi) are interior (cubic), the others near an edge
-    g2 = ioff + f2  # (index of the row's first point in the whole grid)
-    c_lo = c_hi = k1
-    if cub:
-        c_lo = min(k1, max(k0, -((g2 - 3 * s) // st2)))
-        c_hi = min(k1, max(c_lo, -((g2 + 3 * s - n_axis) // st2)))
-    for k in range(k0, c_lo):
-        _edge_point(mode, x, codes, orig, urow + np.uint64(k) * ust, g2 + k * st2, n_axis, s, cub, u1,
-                    eb, inv_bin, bin_width)
-    for k in range(c_lo, c_hi):
-        idx = urow + np.uint64(k) * ust
-        _point(mode, x, codes, orig, idx, _cubic(x, idx, u1, u3), eb, inv_bin, bin_width)
-    for k in range(c_hi, k1):
-        _edge_point(mode, x, codes, orig, urow + np.uint64(k) * ust, g2 + k * st2, n_axis, s, cub, u1,
-                    eb, inv_bin, bin_width)
+            _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, g.d1, False, g.eb, g.inv_bin, g.bin_width)
 
 
 @njit(inline="always")
-def _edge_point(mode, x, codes, orig, idx, i, n_axis, s, cub, u1, eb, inv_bin, bin_width):
-    r = _rule(i, n_axis, s, cub)
-    if mode == 2 and r == _EXTRAP_QUAD:
-        r = _EXTRAP_LINEAR
-    _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), eb, inv_bin, bin_width)
+def _scalar(mode, x, codes, orig, missing, g, row, i0, i1, k0, k1, rule):
+    """Points ``k0 .. k1`` of the row ``(i0, i1)`` (memory index ``row``) point by point: all
+    with ``rule``, or (``rule < 0``) each with its own, by the mask or else by its place."""
+    s, st2, axis = g.s, g.st2, g.axis
+    urow, ust, u1 = np.uint64(row), np.uint64(st2), np.uint64(g.d1)
+    if rule == _CUBIC:
+        u3 = np.uint64(3) * u1
+        for k in range(k0, k1):
+            idx = urow + np.uint64(k) * ust
+            _point(mode, x, codes, orig, idx, _cubic(x, idx, u1, u3), g.eb, g.inv_bin, g.bin_width)
+    elif rule >= 0:
+        for k in range(k0, k1):
+            idx = urow + np.uint64(k) * ust
+            _point(mode, x, codes, orig, idx, _apply(x, idx, u1, rule), g.eb, g.inv_bin, g.bin_width)
+    else:
+        for k in range(k0, k1):
+            idx = urow + np.uint64(k) * ust
+            i = g.ioff + (i0 if axis == 0 else (i1 if axis == 1 else g.f2 + k * st2))
+            if missing.shape[0] > 0:
+                r = _masked_rule(missing, idx, u1, i, g.n_axis, s, g.cub)
+            else:
+                r = _rule(i, g.n_axis, s, g.cub)
+                if mode == 2 and r == _EXTRAP_QUAD:
+                    r = _EXTRAP_LINEAR
+            _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), g.eb, g.inv_bin, g.bin_width)
+
+
+@njit(inline="always")
+def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_bin, bin_width):
+    """Cubic (or linear) points ``start + k * st2`` (``st2`` a power of 2, neighbours ``d1``
+    apart) over the ``lanes`` (at least ``_VECTOR``) contiguous memory indices from ``start``,
+    in chunks of at most ``_CHUNK``: each lane predicted and quantized (or dequantized) without
+    a branch into the scratch ``bx`` (``bc``: codes), a lane between two points keeping its
+    value, then copied back. The same operations as point by point, so the same bits; the lanes
+    between points belong to other passes, which no thread runs meanwhile, and their loads read
+    only what the points' loads read. The last ``_VECTOR`` lanes of a chunk run as one vector,
+    again where they overlap the others, instead of a scalar remainder."""
+    u1 = np.uint64(d1)
+    n_chunks = (lanes + _CHUNK - 1) // _CHUNK
+    for c in range(n_chunks):
+        c0 = c * lanes // n_chunks
+        n = np.uint64((c + 1) * lanes // n_chunks - c0)  # (at least _VECTOR)
+        base = np.uint64(start + c0)
+        first = np.uint64(c0)
+        for t in range(n & ~np.uint64(_VECTOR - 1)):
+            _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u1, cubic, eb, inv_bin, bin_width)
+        tail = n - np.uint64(_VECTOR)
+        for v in range(np.uint64(_VECTOR)):
+            _lane(mode, x, codes, orig, bx, bc, base, first, tail + v, st2, u1, cubic, eb, inv_bin, bin_width)
+        for t in range(n):
+            x[base + t] = bx[t]
+        if mode == 0:
+            for t in range(n):
+                codes[base + t] = bc[t]
+
+
+@njit(inline="always")
+def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u1, cubic, eb, inv_bin, bin_width):
+    """Lane ``t`` of a chunk of :func:`_lanes` (memory index ``base + t``, lane ``first + t`` of
+    the span: a point where that is a multiple of ``st2``) into ``bx[t]`` (and ``bc[t]``)."""
+    j = base + t
+    if cubic:
+        pred = _cubic(x, j, u1, np.uint64(3) * u1)
+    else:
+        pred = 0.5 * (np.float64(x[j - u1]) + np.float64(x[j + u1]))
+    keep = ((first + t) & np.uint64(st2 - 1)) != 0
+    if mode == 0:
+        rec, code = quantize_lane(x, orig[j], pred, eb, inv_bin, bin_width)
+        bx[t] = select(keep, x[j], rec)
+        bc[t] = select(keep, codes[j], code)
+    elif mode == 1:
+        c = codes[j]
+        bx[t] = select(keep | (c == UNPREDICTABLE), x[j], x.dtype.type(pred + np.float64(c - RADIUS) * bin_width))
+    else:
+        bx[t] = select(keep, x[j], x.dtype.type(pred))
 
 
 def pass_table(plan, bounds, cubic, part=None, key=None):

@@ -23,7 +23,8 @@ tests compare against.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 #: Largest |q| that is quantized; larger residuals become unpredictable values.
 RADIUS = 1 << 20
@@ -55,6 +56,39 @@ def quantize_into(x, idx, value, pred, eb, inv_bin, bin_width):
         return np.int32(MISSING)
     x[idx] = value
     return UNPREDICTABLE
+
+
+@intrinsic
+def select(typingctx, cond, a, b):
+    """``a if cond else b`` (``a`` and ``b`` of one type) as one LLVM ``select``: no branch, so
+    that LLVM neither sinks the computation of ``a`` or ``b`` into one nor predicates the loads
+    of a loop using it (which then vectorizes with plain loads)."""
+    if not isinstance(cond, types.Boolean) or a != b:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.select(*args)
+
+    return a(cond, a, b), codegen
+
+
+@njit(inline="always")
+def quantize_lane(x, value, pred, eb, inv_bin, bin_width):
+    """:func:`quantize_into` without branches, for a bound ``eb > 0`` (so that loops over many
+    points vectorize): returns ``(reconstruction, code)``, the reconstruction of ``x``'s dtype,
+    the code int32.
+
+    The same floating-point operations as :func:`quantize_into`, so the same bits: out of the
+    quantizer's radius (a NaN ``value`` included) ``q`` is 0, whose reconstruction is the
+    missing point's; ``MISSING`` is ``0 + RADIUS``.
+    """
+    v = np.float64(value)
+    q = np.rint((v - pred) * inv_bin)
+    inside = abs(q) < RADIUS
+    q = select(inside, q, 0.0)
+    rec = x.dtype.type(pred + q * bin_width)
+    ok = (inside & (abs(np.float64(rec) - v) <= eb)) | (v != v)
+    return select(ok, rec, value), select(ok, np.int32(q + RADIUS), np.int32(UNPREDICTABLE))
 
 
 @njit(inline="always")

@@ -65,8 +65,8 @@ class LevelInfo:
 
 
 class _LevelTables:
-    def __init__(self, cmap, tile, dtab, offsets, crcs):
-        self.cmap, self.tile, self.dtab = cmap, tile, dtab
+    def __init__(self, coder, cmap, tile, dtab, offsets, crcs):
+        self.coder, self.cmap, self.tile, self.dtab = coder, cmap, tile, dtab
         self.offsets, self.crcs = offsets, crcs
         self.offset_list = offsets.tolist()
 
@@ -652,7 +652,7 @@ class LossyReader:
         entry = self.header.levels[lv]
         head = self._src.read(self._level_offsets[lv], entry.head_len, f"level {lv} head")
         checked_body(head, f"level {lv} head")
-        status, group, tile_log2, symbols, info, zero, offsets, crcs = chunks.parse_level_head(
+        status, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs = chunks.parse_level_head(
             np.frombuffer(head, np.uint8, len(head) - 4), entry.payload_len, chunks.GROUPS, chunks.ZERO_FAST_PATH)
         if status:
             raise CorruptStreamError(f"level {lv}: {chunks.HEAD_ERRORS[status]}")
@@ -660,7 +660,8 @@ class LossyReader:
         expected = self._part.chunk_count(lv, tile)
         if len(crcs) != expected:
             raise CorruptStreamError(f"level {lv}: {len(crcs)} chunks listed, the shape has {expected}")
-        t = _LevelTables(chunks.CONTEXT_GROUPS[group], tile, (symbols, info, zero), offsets, crcs.tolist())
+        cmap = chunks.CONTEXT_GROUPS[group]
+        t = _LevelTables(coder, cmap, tile, (coder, cmap, symbols, info, zero, packed), offsets, crcs.tolist())
         self._tables[lv] = t
         return t
 

@@ -1,0 +1,109 @@
+"""The interleaved-lanes level coder (``strata.lossy.chunks.CODER_LANES``, format version 3):
+the same quantization codes as the serial coder, so the same decoded values bit for bit; the
+encoder picks it only for levels of big chunks; hostile level heads and chunks are refused."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+import strata
+from strata.container import crc32
+from strata.errors import CorruptStreamError
+from strata.lossy import chunks
+from strata.lossy.reader import LossyReader
+
+
+def _noisy(shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape)
+    for ax in range(a.ndim):
+        a = np.cumsum(a, axis=ax)
+    return (a / np.abs(a).max() * 50 + rng.standard_normal(shape)).astype(dtype)
+
+
+def _compress(monkeypatch, a, coder, **kw):
+    """``a`` compressed with every level but the base coded by ``coder``."""
+    monkeypatch.setattr(chunks, "LANES_MIN_CHUNK_BYTES", 0 if coder == chunks.CODER_LANES else float("inf"))
+    return strata.compress(a, **kw)
+
+
+def _coders(blob):
+    r = LossyReader(blob)
+    return [r._level_tables(lv).coder for lv in range(len(r.header.levels))]
+
+
+# shapes beyond the base grid whose rows end on every tail of the 4 lanes, 1D to 4D
+SHAPES = [(70001,), (150, 171), (41, 45, 50), (9, 70, 67), (3, 40, 45, 22), (66, 2, 129)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("holes", [False, True])
+def test_lanes_decode_the_same_values_as_the_serial_coder(monkeypatch, shape, dtype, holes):
+    a = _noisy(shape, dtype, len(shape) * 7 + holes)
+    if holes:  # missing values: coded points of a row are not contiguous
+        flat = a.reshape(-1)
+        flat[np.random.default_rng(3).random(flat.size) < 0.15] = np.nan
+        flat[7:40] = np.nan
+    eb = 1e-3
+    lanes = _compress(monkeypatch, a, chunks.CODER_LANES, abs_error=eb)
+    serial = _compress(monkeypatch, a, chunks.CODER_SERIAL, abs_error=eb)
+    assert _coders(lanes)[1:] and set(_coders(lanes)[1:]) == {chunks.CODER_LANES}
+    assert set(_coders(serial)) == {chunks.CODER_SERIAL}
+    y, z = strata.decompress(lanes), strata.decompress(serial)
+    assert np.array_equal(y.view(f"u{a.itemsize}"), z.view(f"u{a.itemsize}"))
+    valid = np.isfinite(a)
+    assert np.abs(y[valid].astype(np.float64) - a[valid]).max() <= eb
+    assert np.isnan(y[~valid]).all()
+    # a region and a coarser level read through the lanes coder
+    r = strata.open(lanes)
+    region = tuple(slice(n // 3, n // 3 + max(1, n // 2)) for n in shape)
+    assert np.array_equal(r.read(region=region).view(f"u{a.itemsize}"), y[region].view(f"u{a.itemsize}"))
+    lv = len(r.levels) - 2
+    if lv > 0:
+        assert np.array_equal(r.read(level=lv).view(f"u{a.itemsize}"),
+                              strata.open(serial).read(level=lv).view(f"u{a.itemsize}"))
+
+
+def test_the_encoder_takes_lanes_for_big_chunks_only():
+    big = _noisy((40, 64, 64), np.float32, 1)
+    assert chunks.CODER_LANES in _coders(strata.compress(big, abs_error=1e-3))
+    small = _noisy((6, 24, 48), np.float32, 2)
+    assert set(_coders(strata.compress(small, rel_error=1e-2))) == {chunks.CODER_SERIAL}
+
+
+def _patch_level(blob, lv, fn):
+    """``blob`` with level ``lv``'s head body changed by ``fn`` (bytearray), its CRC recomputed."""
+    r = LossyReader(blob)
+    off, n = r._level_offsets[lv], r.header.levels[lv].head_len
+    out = bytearray(blob)
+    body = bytearray(out[off:off + n - 4])
+    fn(body)
+    out[off:off + n - 4] = body
+    out[off + n - 4:off + n] = struct.pack("<I", crc32(bytes(body)))
+    return bytes(out)
+
+
+def test_unknown_coder_is_refused(monkeypatch):
+    blob = _compress(monkeypatch, _noisy((41, 45, 50), np.float32, 4), chunks.CODER_LANES, abs_error=1e-3)
+
+    def bad(body):
+        body[0] = (body[0] & 0x0F) | 0x20
+
+    with pytest.raises(CorruptStreamError, match="unknown context grouping or coder"):
+        strata.decompress(_patch_level(blob, 1, bad))
+
+
+@pytest.mark.parametrize("coder", [chunks.CODER_SERIAL, chunks.CODER_LANES])
+def test_a_level_read_with_the_other_coder_is_refused(monkeypatch, coder):
+    """Swapping the coder of a level (checksums valid) never decodes silently."""
+    blob = _compress(monkeypatch, _noisy((41, 45, 50), np.float32, 5), coder, abs_error=1e-3)
+    lv = len(LossyReader(blob).header.levels) - 1
+
+    def swap(body):
+        body[0] ^= 0x10
+
+    with pytest.raises(CorruptStreamError, match=f"level {lv} chunk"):
+        strata.decompress(_patch_level(blob, lv, swap))

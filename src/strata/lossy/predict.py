@@ -32,7 +32,10 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .._numba import pick, serial_variant
 from .quantize import RADIUS, UNPREDICTABLE, dequantize_into, quantize_into, quantize_lane, select
@@ -50,7 +53,7 @@ _CHUNK = 1024
 #: Lanes of the vector loops (AVX-512: 16 float32).
 _VECTOR = 16
 #: Largest distance of the points (in memory indices) that run over contiguous lanes.
-_MAX_LANE_STEP = 2
+_MAX_LANE_STEP = 4
 
 
 # Prediction rules, by the neighbours a point has along its axis (see the table above); the
@@ -177,7 +180,8 @@ def _count(first, step, hi):
 #: ``axis`` at stride ``s`` (neighbours ``d1`` apart in memory), an axis of ``n_axis`` points in
 #: the whole grid whose index ``ioff`` is the arrays' first; interpolation (``cub``) and
 #: quantizer (``eb``, ``inv_bin``, ``bin_width``) of its step.
-_Rows = namedtuple("_Rows", "nb c1 c2 f0 f1 f2 steps0 steps1 st2 mem0 n2 axis s n_axis ioff d1 cub eb inv_bin bin_width")
+_Rows = namedtuple("_Rows",
+                   "nb c1 c2 f0 f1 f2 steps0 steps1 st2 mem0 n2 axis s n_axis ioff d1 cub eb inv_bin bin_width")
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -221,6 +225,13 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
             n_slabs = (hi - lo + width - 1) // width
             for u in prange(n_slabs):
                 a = lo + u * width
+                # at the finest stride, the next slab's memory (its points are dense), from where
+                # the previous slab left off (the slab's passes read up to 3 indices ahead)
+                if q == 1:
+                    _prefetch(x, (a + width + 3) * per_index, (a + 2 * width + 3) * per_index)
+                    _prefetch(codes, (a + width) * per_index, (a + 2 * width) * per_index)
+                    if mode == 0:
+                        _prefetch(orig, (a + width) * per_index, (a + 2 * width) * per_index)
                 bx, bc = _scratch(mode, x)
                 _run(mode, x, codes, orig, missing, bx, bc, passes, (ax_s, a, a + width, p0, p1, 0, 1))
         else:
@@ -237,6 +248,31 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
                         _run(mode, x, codes, orig, missing, bx, bc, passes,
                              (ax_s, 0, shape[ax_s], p, p + 1, t, parts))
         p0 = p1
+
+
+@intrinsic
+def _prefetch_line(typingctx, arr, idx):
+    """Hint the processor to bring the cache line of ``arr[idx]`` in (``llvm.prefetch``: read,
+    all cache levels); changes no value, and an index outside ``arr`` does nothing."""
+    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.gep(context.make_array(signature.args[0])(context, builder, args[0]).data, [args[1]])
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, idx), codegen
+
+
+@njit(inline="always")
+def _prefetch(a, lo, hi):
+    """Prefetch the cache lines of ``a[lo:hi]`` (clipped to ``a``)."""
+    for i in range(max(lo, 0), min(hi, a.shape[0]), 64 // a.itemsize):
+        _prefetch_line(a, i)
 
 
 @njit(inline="always")
@@ -372,18 +408,10 @@ def _scalar(mode, x, codes, orig, missing, g, row, i0, i1, k0, k1, rule):
     with ``rule``, or (``rule < 0``) each with its own, by the mask or else by its place."""
     s, st2, axis = g.s, g.st2, g.axis
     urow, ust, u1 = np.uint64(row), np.uint64(st2), np.uint64(g.d1)
-    if rule == _CUBIC:
-        u3 = np.uint64(3) * u1
-        for k in range(k0, k1):
-            idx = urow + np.uint64(k) * ust
-            _point(mode, x, codes, orig, idx, _cubic(x, idx, u1, u3), g.eb, g.inv_bin, g.bin_width)
-    elif rule >= 0:
-        for k in range(k0, k1):
-            idx = urow + np.uint64(k) * ust
-            _point(mode, x, codes, orig, idx, _apply(x, idx, u1, rule), g.eb, g.inv_bin, g.bin_width)
-    else:
-        for k in range(k0, k1):
-            idx = urow + np.uint64(k) * ust
+    for k in range(k0, k1):
+        idx = urow + np.uint64(k) * ust
+        r = rule
+        if rule < 0:
             i = g.ioff + (i0 if axis == 0 else (i1 if axis == 1 else g.f2 + k * st2))
             if missing.shape[0] > 0:
                 r = _masked_rule(missing, idx, u1, i, g.n_axis, s, g.cub)
@@ -391,10 +419,10 @@ def _scalar(mode, x, codes, orig, missing, g, row, i0, i1, k0, k1, rule):
                 r = _rule(i, g.n_axis, s, g.cub)
                 if mode == 2 and r == _EXTRAP_QUAD:
                     r = _EXTRAP_LINEAR
-            _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), g.eb, g.inv_bin, g.bin_width)
+        _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), g.eb, g.inv_bin, g.bin_width)
 
 
-@njit(inline="always")
+@njit(nogil=True, _nrt=False)
 def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_bin, bin_width):
     """Cubic (or linear) points ``start + k * st2`` (``st2`` a power of 2, neighbours ``d1``
     apart) over the ``lanes`` (at least ``_VECTOR``) contiguous memory indices from ``start``,

@@ -283,7 +283,11 @@ def _scratch(mode, x):
 
 @njit(inline="always")
 def _run(mode, x, codes, orig, missing, bx, bc, passes, span):
-    """:func:`_run_passes` compiled for ``mode`` (a literal in each call: a constant inside)."""
+    """:func:`_run_passes` compiled for ``mode`` (a literal in each call: a constant inside).
+    ``span`` is passed as plain int64 values: the literals and unsigned prange indices of the
+    calls would each make numba compile the runner again (5 s a version, cold)."""
+    span = (np.int64(span[0]), np.int64(span[1]), np.int64(span[2]), np.int64(span[3]), np.int64(span[4]),
+            np.int64(span[5]), np.int64(span[6]))
     if mode == 0:
         _run_passes(0, x, codes, orig, missing, bx, bc, passes, span)
     elif mode == 1:

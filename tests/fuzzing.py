@@ -368,7 +368,7 @@ def parse_lossy(blob: bytes) -> G:
         h = _Bytes(head_b[:-4])
         grouping, tile = h.u8(), h.u8()
         tlen = h.varint()
-        tables = _tables(h, h.pos + tlen, _N_TABLES[grouping], "level head:")
+        tables = _tables(h, h.pos + tlen, _N_TABLES[grouping & 15], "level head:")  # (high nibble: the coder)
         n_chunks = h.varint()
         lens = [h.varint() for _ in range(n_chunks)]
         h.take(4 * n_chunks)
@@ -383,7 +383,8 @@ def parse_lossy(blob: bytes) -> G:
                                    F("varint", n_raw, "chunk: n_raw", auto=lambda x=raw: len(ser(x))),
                                    rans, raw, stored], "chunk"))
         f_tlen = F("varint", tlen, "level head: table length", auto=lambda t=tables: len(ser(t)))
-        body = G([F("u8", grouping, "level head: context grouping"), F("u8", tile, "level head: chunk-edge log2"),
+        body = G([F("u8", grouping, "level head: coder and context grouping"),
+                  F("u8", tile, "level head: chunk-edge log2"),
                   f_tlen, tables,
                   F("varint", n_chunks, "level head: chunk count", auto=lambda c=chunks: len(c.items)),
                   _seq_auto("level head: chunk lengths", lambda c=chunks: len(c.items),

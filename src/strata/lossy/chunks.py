@@ -43,8 +43,10 @@ LANES = 4
 #: ``ctxs`` of the encoder hold ``context + lane * LANE_UNIT``.
 LANE_SHIFT = 5
 LANE_UNIT = 1 << LANE_SHIFT
-#: Estimated coded bytes per chunk from which a level takes :data:`CODER_LANES`.
-LANES_MIN_CHUNK_BYTES = 2048
+#: Estimated coded bytes per chunk from which a level takes :data:`CODER_LANES` (its three
+#: extra states cost 12 bytes a chunk, 1.2 % at most; 1024 rather than 2048 lets the finest
+#: level at fine bounds, which is chunked on half the default edge, decode about 40 % faster).
+LANES_MIN_CHUNK_BYTES = 1024
 
 
 def _group_maps():

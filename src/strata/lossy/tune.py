@@ -113,7 +113,7 @@ def sample_boxes(shape3) -> list[Box] | None:
 
 
 def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None, x=None, origin_pred=0.0,
-                  missing=None):
+                  missing=None, codes=None):
     """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``), and the
     trial's quantization codes (int32, full-resolution layout; complete when ``boxes`` is
     None, i.e. the trial covered the whole array, and then equal to what
@@ -121,8 +121,10 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
 
     ``plans`` (from :func:`plan`) and the working copy ``x`` of ``flat`` may be shared by
     settings that differ only in interpolation order (a trial computes every point it
-    writes before reading it). Missing points (NaN in ``flat``, 1 in the flat uint8 ``missing``)
-    are left out of the estimate; ``origin_pred`` is the first point's prediction."""
+    writes before reading it; so without missing points ``x`` need not hold ``flat``'s values,
+    only its size and dtype). Missing points (NaN in ``flat``, 1 in the flat uint8 ``missing``)
+    are left out of the estimate; ``origin_pred`` is the first point's prediction. ``codes``
+    (int32, ``flat.size``) may be given to reuse its memory."""
     from .header import LossyHeader
 
     part, plans = plans or plan(shape3, settings, boxes)
@@ -130,7 +132,7 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
                     settings.beta8, (1 << len(part.steps)) - 1 if settings.cubic else 0)
     bounds = h.step_bounds(part.steps)
     n_steps = len(part.steps)
-    codes = np.empty(flat.size, np.int32)
+    codes = np.empty(flat.size, np.int32) if codes is None else codes
     x = flat.copy() if x is None else x
     encode_origin(x, codes, flat, bounds[0] if bounds else eb, origin_pred)
     if n_steps == 0:
@@ -228,12 +230,17 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
     boxes = sample_boxes(shape3)
     best, best_bits, best_codes = None, None, None
     plans, work = {}, {}
+    # sampled trials return no codes: they share one array (memory touched once, not per trial)
+    shared_codes = None if boxes is None else np.empty(flat.size, np.int32)
     for c in cands:
         key = (c.order, c.flat)
         if key not in plans:
             plans[key] = plan(shape3, c, boxes)
-            work[key] = flat.copy()
-        bits, codes = estimate_bits(flat, shape3, eb, c, boxes, plans[key], work[key], origin_pred, missing)
+            # a trial writes every point it reads (the origin first): without missing points
+            # its working array needs no copy of the data
+            work[key] = flat.copy() if missing is not None else np.empty_like(flat)
+        bits, codes = estimate_bits(flat, shape3, eb, c, boxes, plans[key], work[key], origin_pred, missing,
+                                    shared_codes)
         if best_bits is None or bits < best_bits:
             best, best_bits, best_codes = c, bits, codes
     return best, (best_codes if boxes is None else None)

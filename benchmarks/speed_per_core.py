@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 import numba
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import strata  # noqa: E402
 from common import ROOT, SHARED, geomean, machine  # noqa: E402
+from lossy_vs_anchors import codecs  # noqa: E402
 from strata import metrics  # noqa: E402
 from strata.container import atomic_write  # noqa: E402
 from strata.inputs import read_array  # noqa: E402
@@ -41,18 +41,8 @@ SCI = SHARED / "data" / "sci"
 
 
 def sz3():
-    from pysz import sz, szConfig, szErrorBoundMode
-
-    def comp(a, eb):
-        cfg = szConfig()
-        cfg.errorBoundMode = szErrorBoundMode.ABS
-        cfg.absErrorBound = float(eb)
-        return sz.compress(a, cfg)[0].tobytes()
-
-    def decomp(blob, a):
-        return sz.decompress(np.frombuffer(blob, dtype=np.uint8), a.dtype, a.shape)[0]
-
-    return comp, decomp
+    """SZ3's compress and decompress calls, as benchmarks/lossy_vs_anchors.py makes them."""
+    return codecs()["sz3"][:2]
 
 
 def with_threads(n, fn):

@@ -263,6 +263,16 @@ def cumulative(freq: np.ndarray) -> np.ndarray:
 SPLIT_SYMBOLS = 256
 
 
+@njit(inline="always")
+def _in_use(freq, t):
+    """Whether table ``t``'s frequencies add up to ``SCALE`` (else it is unused: its slots decode
+    to the invalid symbol)."""
+    total = 0
+    for s in range(freq.shape[1]):
+        total += freq[t, s]
+    return total == SCALE
+
+
 @njit(nogil=True, cache=True)
 def split_decode_tables(freq, cmap):
     """Decode tables of each context, in split form: ``(symbols, info)``.
@@ -288,10 +298,7 @@ def split_decode_tables(freq, cmap):
     info = np.zeros(n_c * SPLIT_SYMBOLS, np.uint32)
     for c in range(n_c):
         t = cmap[c]
-        total = 0
-        for s in range(n_s):
-            total += freq[t, s]
-        if total != SCALE:
+        if not _in_use(freq, t):
             continue
         slot = 0
         for s in range(n_s):
@@ -325,10 +332,7 @@ def packed_decode_table(freq):
     n_t, n_s = freq.shape
     out = np.full(n_t * SCALE, INVALID_ENTRY, np.uint32)
     for t in range(n_t):
-        total = 0
-        for s in range(n_s):
-            total += freq[t, s]
-        if total != SCALE:
+        if not _in_use(freq, t):
             continue
         slot = 0
         for s in range(n_s):

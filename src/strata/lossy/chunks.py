@@ -21,6 +21,8 @@ Chunk layout: ``varint n_rans | varint n_raw | rANS bytes | raw bits | unpredict
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit, prange
 
@@ -345,14 +347,6 @@ def _varint(buf, pos, end):
     return np.int64(-1), pos
 
 
-@njit(inline="always")
-def _mag_of_symbol(sym):
-    """Magnitude class (0, 1, 2+) of the code a symbol stands for."""
-    return 0 if sym == 0 else (1 if sym < 3 else 2)
-
-
-
-
 @njit(nogil=True, cache=True)
 def read_varints(buf, pos, n):
     """``n`` varints from ``buf[pos:]``: ``(values, position after them)``; position -1 if the
@@ -391,10 +385,50 @@ def _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero):
     return sym, sa, rpos
 
 
+#: A chunk as the decoders see it: ``h0, h1, h2`` points of the level's grid from ``lo0, lo1,
+#: lo2`` along each axis, memory steps ``d0, d1, d2`` between grid points in the arrays, the
+#: axes the level refines ``r0, r1, r2`` and whether it is the base level.
+ChunkBox = namedtuple("ChunkBox", "h0 h1 h2 lo0 lo1 lo2 d0 d1 d2 r0 r1 r2 base")
+#: Where a chunk's three sections lie in the payload: rANS bytes ``[r_pos, r_end)``, raw bits
+#: ``[r_end, x_end)``, unpredictable values ``[x_end, end)``.
+Sections = namedtuple("Sections", "r_pos r_end x_end end")
+
+#: Code of each symbol below ``DIRECT`` (no raw bits).
+_DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z in range(DIRECT)], np.int32)
+
+
+@njit(inline="always")
+def _put_code(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, out_bytes, itemsize):
+    """The code of a decoded symbol at ``codes[idx]``: with its raw bits (the bit reader
+    ``acc, nacc, x_pos``; ``payload`` padded by 4 bytes past ``x_end``) or, for an
+    unpredictable value, its stored bytes (from ``u_pos``) copied to ``out_bytes``. Returns
+    ``(acc, nacc, x_pos, u_pos)``; ``u_pos`` passes ``end`` when a stored value is missing
+    (nothing is copied then)."""
+    if sym < DIRECT:
+        codes[idx] = _DIRECT_CODES[sym]
+    elif sym < ESCAPE:
+        acc, nacc, x_pos = rans.bits_refill(acc, nacc, payload, x_pos, x_end)
+        nb = SYMBOL_EXTRA_BITS[sym]
+        z = SYMBOL_BASE[sym] + (acc & ((np.int64(1) << nb) - 1))
+        acc >>= nb
+        nacc -= nb
+        codes[idx] = RADIUS + unzigzag(z)
+    else:
+        codes[idx] = UNPREDICTABLE
+        if u_pos + itemsize > end:
+            return acc, nacc, x_pos, end + 1
+        o = idx * np.uint64(itemsize)
+        for j in range(itemsize):
+            out_bytes[o + np.uint64(j)] = payload[np.uint64(u_pos + j)]
+        u_pos += itemsize
+    return acc, nacc, x_pos, u_pos
+
+
 @njit(nogil=True, _nrt=False)
-def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, missing, h0, h1, h2, lo0, lo1, lo2, d0, d1,
-                    d2, r0, r1, r2, base):
-    """Phase 1 of a chunk: rANS-decode its symbols in raster order into ``out`` (uint8).
+def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_bytes, itemsize, g):
+    """Decode a :data:`CODER_SERIAL` chunk (box ``g``, sections ``sec``): its symbols in raster
+    order, each one's code straight to ``codes`` (:func:`_put_code`), a missing point's
+    ``MISSING``.
 
     ``mags`` is the chunk's grid with a zero border on the low side of each axis, shape
     ``(h0 + 1) * (h1 + 1) * (h2 + 1)``, pre-filled with the magnitude classes of coarser
@@ -402,40 +436,44 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, missin
     ``symbols``/``info`` are the split decode tables of the 27 contexts, ``zero`` the slots
     of symbol 0 per context where the fast path is on (see :func:`_symbol`). Missing points
     (``missing``, the flat uint8 mask, empty without one) have no symbol and keep class 0.
-    Returns ``(ok, rpos, n)``: ``ok`` is False on an invalid symbol or when the final state
-    is not the encoder's initial one; ``n`` symbols were written.
+    Returns ``(status, rpos, raw bits consumed, u_pos)``: status 2 on an invalid symbol, 3 when
+    the final state is not the encoder's initial one.
 
-    The loop touches only chunk-local buffers and the tables, with ``uint64`` indices (no
-    negative-index wraparound code) and no reference counting (``_nrt=False``).
+    The loop touches only chunk-local buffers, the tables and the chunk's codes, with
+    ``uint64`` indices (no negative-index wraparound code) and no reference counting
+    (``_nrt=False``).
     """
-    p1 = h2 + 1
-    p0 = (h1 + 1) * p1
+    p1 = g.h2 + 1
+    p0 = (g.h1 + 1) * p1
     up0 = np.uint64(p0)
     up1 = np.uint64(p1)
     has_missing = missing.shape[0] > 0
-    sa, rpos = rans.decode_init(payload, rpos, r_end)
+    r_end, x_end, end = sec.r_end, sec.x_end, sec.end
+    sa, rpos = rans.decode_init(payload, sec.r_pos, r_end)
     if sa < rans.RANS_L:
-        return False, rpos, 0
-    k = np.uint64(0)
+        return 2, rpos, 0, 0
+    acc, nacc, x_pos, u_pos = np.int64(0), np.int64(0), r_end, x_end
     top = np.uint8(0)
-    for a in range(h0):
-        for b in range(h1):
-            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+    for a in range(g.h0):
+        for b in range(g.h1):
+            f, st = level_row(g.lo0 + a, g.lo1 + b, g.lo2, g.r0, g.r1, g.r2, g.base)
             if st == 0:
                 continue
-            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
+            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - g.lo2))
+            idx = np.uint64((g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1 + f * g.d2)
+            step = np.uint64(st * g.d2)
             if has_missing:
                 # the general loop, skipping missing points (the two below assume none)
-                idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
-                step = np.uint64(st * d2)
-                for _ in range(f, lo2 + h2, st):
+                for _ in range(f, g.lo2 + g.h2, st):
                     if missing[idx] == 0:
                         ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - np.uint64(1)]
                         sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
                         top = max(top, sym)
                         mags[p] = (sym > 0) + (sym > 2)
-                        out[k] = sym
-                        k += np.uint64(1)
+                        acc, nacc, x_pos, u_pos = _put_code(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos,
+                                                            end, out_bytes, itemsize)
+                    else:
+                        codes[idx] = MISSING
                     p += np.uint64(st)
                     idx += step
             # The two loops differ only in where the previous point's class comes from: a
@@ -443,27 +481,29 @@ def _decode_symbols(payload, rpos, r_end, symbols, info, zero, mags, out, missin
             # chain; for st == 2 the previous point is coarser and in the grid.
             elif st == 1:
                 prev = np.uint64(0)
-                for _ in range(f, lo2 + h2):
+                for _ in range(f, g.lo2 + g.h2):
                     ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + prev
                     sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
                     top = max(top, sym)
                     prev = np.uint64((sym > 0) + (sym > 2))
                     mags[p] = prev
-                    out[k] = sym
+                    acc, nacc, x_pos, u_pos = _put_code(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos,
+                                                        end, out_bytes, itemsize)
                     p += np.uint64(1)
-                    k += np.uint64(1)
+                    idx += step
             else:
-                for _ in range(f, lo2 + h2, 2):
+                for _ in range(f, g.lo2 + g.h2, 2):
                     ctx = np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1] + mags[p - np.uint64(1)]
                     sym, sa, rpos = _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero)
                     top = max(top, sym)
                     mags[p] = (sym > 0) + (sym > 2)
-                    out[k] = sym
+                    acc, nacc, x_pos, u_pos = _put_code(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos,
+                                                        end, out_bytes, itemsize)
                     p += np.uint64(2)
-                    k += np.uint64(1)
+                    idx += step
             if top > ESCAPE:
-                return False, rpos, 0
-    return sa == rans.RANS_L, rpos, k
+                return 2, rpos, 0, 0
+    return (0 if sa == rans.RANS_L else 3), rpos, 8 * (x_pos - r_end) - nacc, u_pos
 
 
 @njit(inline="always")
@@ -473,54 +513,57 @@ def _read_u32(buf, pos):
 
 
 @njit(nogil=True, _nrt=False)
-def _decode_symbols_lanes(payload, rpos, r_end, packed, cmap, mags, out, tcol, pcol, missing, h0, h1, h2, lo0, lo1,
-                          lo2, d0, d1, d2, r0, r1, r2, base):
-    """:func:`_decode_symbols` for :data:`CODER_LANES`, row by row: first the table of each of
+def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missing, codes, out_bytes, itemsize, g):
+    """:func:`_decode_serial` for :data:`CODER_LANES`, row by row: first the table of each of
     the row's points (its context, from the row above, the slice before and coarser points:
     nothing the row decodes), then the symbols through ``LANES`` rANS states taken in turn
-    (their updates independent, only the stream position shared), then the row's classes
-    into ``mags``. ``packed`` is the level's :func:`~strata.entropy.tables.packed_decode_table`,
-    ``cmap`` the table of each context; ``tcol``/``pcol`` scratch (int64, ``h2``). Returns
-    ``(ok, rpos, n)`` as :func:`_decode_symbols` does; stream reads stay below ``r_end + 8``
-    (``payload`` is padded)."""
-    p1 = h2 + 1
-    p0 = (h1 + 1) * p1
+    (their updates independent, only the stream position shared) into ``row``, then their
+    classes into ``mags`` and their codes into ``codes``. ``packed`` is the level's
+    :func:`~strata.entropy.tables.packed_decode_table`, ``cmap`` the table of each context;
+    ``row`` (uint8), ``tcol``, ``pcol``, ``icol`` (int64) scratch of ``h2``. Returns what
+    :func:`_decode_serial` does; stream reads stay below ``r_end + 8`` (``payload`` is padded)."""
+    p1 = g.h2 + 1
+    p0 = (g.h1 + 1) * p1
     up0 = np.uint64(p0)
     up1 = np.uint64(p1)
     has_missing = missing.shape[0] > 0
+    rpos, r_end, x_end, end = sec.r_pos, sec.r_end, sec.x_end, sec.end
     if r_end - rpos < rans.STATE_BYTES * LANES:
-        return False, rpos, 0
+        return 2, rpos, 0, 0
     s0 = _read_u32(payload, rpos)
     s1 = _read_u32(payload, rpos + 4)
     s2 = _read_u32(payload, rpos + 8)
     s3 = _read_u32(payload, rpos + 12)
     rpos += rans.STATE_BYTES * LANES
     if min(min(s0, s1), min(s2, s3)) < rans.RANS_L:
-        return False, rpos, 0
-    k = 0
+        return 2, rpos, 0, 0
+    acc, nacc, x_pos, u_pos = np.int64(0), np.int64(0), r_end, x_end
     top = np.uint8(0)
-    for a in range(h0):
-        for b in range(h1):
-            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+    for a in range(g.h0):
+        for b in range(g.h1):
+            f, st = level_row(g.lo0 + a, g.lo1 + b, g.lo2, g.r0, g.r1, g.r2, g.base)
             if st == 0:
                 continue
-            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
+            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - g.lo2))
             ust = np.uint64(st)
             third = up1 - np.uint64(1) if st == 1 else np.uint64(1)
+            idx = np.uint64((g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1 + f * g.d2)
+            step = np.uint64(st * g.d2)
             n = 0
             if has_missing:
-                idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
-                step = np.uint64(st * d2)
-                for _ in range(f, lo2 + h2, st):
+                for _ in range(f, g.lo2 + g.h2, st):
                     if missing[idx] == 0:
                         pcol[n] = p
+                        icol[n] = idx
                         tcol[n] = cmap[np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1]
                                        + mags[p - third]] << tables.SCALE_BITS
                         n += 1
+                    else:
+                        codes[idx] = MISSING
                     p += ust
                     idx += step
             else:
-                n = (lo2 + h2 - 1 - f) // st + 1
+                n = (g.lo2 + g.h2 - 1 - f) // st + 1
                 for i in range(n):
                     q = p + np.uint64(i) * ust
                     ctx = np.uint64(9) * mags[q - up0] + np.uint64(3) * mags[q - up1] + mags[q - third]
@@ -528,7 +571,7 @@ def _decode_symbols_lanes(payload, rpos, r_end, packed, cmap, mags, out, tcol, p
             j = 0
             while j + LANES <= n:
                 if rpos > r_end:
-                    return False, rpos, 0
+                    return 2, rpos, 0, 0
                 e0 = np.int64(packed[np.uint64(tcol[j] | (s0 & _SLOT_MASK))])
                 e1 = np.int64(packed[np.uint64(tcol[j + 1] | (s1 & _SLOT_MASK))])
                 e2 = np.int64(packed[np.uint64(tcol[j + 2] | (s2 & _SLOT_MASK))])
@@ -537,95 +580,48 @@ def _decode_symbols_lanes(payload, rpos, r_end, packed, cmap, mags, out, tcol, p
                 s1, rpos = rans.decode_step_packed(s1, e1, payload, rpos)
                 s2, rpos = rans.decode_step_packed(s2, e2, payload, rpos)
                 s3, rpos = rans.decode_step_packed(s3, e3, payload, rpos)
-                o = np.uint64(k + j)
-                out[o] = e0 & 0xFF
-                out[o + np.uint64(1)] = e1 & 0xFF
-                out[o + np.uint64(2)] = e2 & 0xFF
-                out[o + np.uint64(3)] = e3 & 0xFF
+                o = np.uint64(j)
+                row[o] = e0 & 0xFF
+                row[o + np.uint64(1)] = e1 & 0xFF
+                row[o + np.uint64(2)] = e2 & 0xFF
+                row[o + np.uint64(3)] = e3 & 0xFF
                 j += LANES
             if j < n:  # the row's last symbols: lanes 0, 1, 2 as needed
                 if rpos > r_end:
-                    return False, rpos, 0
+                    return 2, rpos, 0, 0
                 e0 = np.int64(packed[np.uint64(tcol[j] | (s0 & _SLOT_MASK))])
                 s0, rpos = rans.decode_step_packed(s0, e0, payload, rpos)
-                out[np.uint64(k + j)] = e0 & 0xFF
+                row[np.uint64(j)] = e0 & 0xFF
                 if j + 1 < n:
                     e1 = np.int64(packed[np.uint64(tcol[j + 1] | (s1 & _SLOT_MASK))])
                     s1, rpos = rans.decode_step_packed(s1, e1, payload, rpos)
-                    out[np.uint64(k + j + 1)] = e1 & 0xFF
+                    row[np.uint64(j + 1)] = e1 & 0xFF
                 if j + 2 < n:
                     e2 = np.int64(packed[np.uint64(tcol[j + 2] | (s2 & _SLOT_MASK))])
                     s2, rpos = rans.decode_step_packed(s2, e2, payload, rpos)
-                    out[np.uint64(k + j + 2)] = e2 & 0xFF
+                    row[np.uint64(j + 2)] = e2 & 0xFF
             if has_missing:
                 for i in range(n):
-                    sym = out[np.uint64(k + i)]
+                    sym = row[np.uint64(i)]
                     top = max(top, sym)
                     mags[np.uint64(pcol[i])] = (sym > 0) + (sym > 2)
+                for i in range(n):
+                    acc, nacc, x_pos, u_pos = _put_code(row[np.uint64(i)], np.uint64(icol[i]), codes, payload, acc,
+                                                        nacc, x_pos, x_end, u_pos, end, out_bytes, itemsize)
             else:
                 for i in range(n):
-                    sym = out[np.uint64(k + i)]
+                    sym = row[np.uint64(i)]
                     top = max(top, sym)
                     mags[p + np.uint64(i) * ust] = (sym > 0) + (sym > 2)
-            if top > ESCAPE:
-                return False, rpos, 0
-            k += n
-    ok = s0 == rans.RANS_L and s1 == rans.RANS_L and s2 == rans.RANS_L and s3 == rans.RANS_L
-    return ok, rpos, np.int64(k)
-
-
-#: Code of each symbol below ``DIRECT`` (no raw bits).
-_DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z in range(DIRECT)], np.int32)
-
-
-@njit(nogil=True, _nrt=False)
-def _place_codes(syms, payload, x_pos, x_end, u_pos, end, codes, out_bytes, itemsize, missing,
-                 h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base):
-    """Phase 2 of a chunk: the code of each decoded symbol, in the same raster order, to
-    ``codes`` -- with its raw bits (from ``x_pos``; ``payload`` padded by 4 bytes) or, for an
-    unpredictable value, its stored bytes (from ``u_pos``) copied to ``out_bytes``; a missing
-    point gets ``MISSING``. Returns ``(raw bits consumed, final u_pos)``; ``u_pos`` is -1 if
-    a stored value is missing."""
-    has_missing = missing.shape[0] > 0
-    x_start = x_pos
-    acc = np.int64(0)
-    nacc = np.int64(0)
-    k = np.uint64(0)
-    usize = np.uint64(itemsize)
-    for a in range(h0):
-        g0 = lo0 + a
-        for b in range(h1):
-            f, st = level_row(g0, lo1 + b, lo2, r0, r1, r2, base)
-            if st == 0:
-                continue
-            idx = np.uint64(g0 * d0 + (lo1 + b) * d1 + f * d2)
-            step = np.uint64(st * d2)
-            for _ in range(f, lo2 + h2, st):
-                if has_missing and missing[idx]:
-                    codes[idx] = MISSING
+                idx = np.uint64((g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1 + f * g.d2)
+                for i in range(n):
+                    acc, nacc, x_pos, u_pos = _put_code(row[np.uint64(i)], idx, codes, payload, acc, nacc, x_pos,
+                                                        x_end, u_pos, end, out_bytes, itemsize)
                     idx += step
-                    continue
-                sym = np.uint64(syms[k])
-                if sym < DIRECT:
-                    codes[idx] = _DIRECT_CODES[sym]
-                elif sym < ESCAPE:
-                    acc, nacc, x_pos = rans.bits_refill(acc, nacc, payload, x_pos, x_end)
-                    nb = SYMBOL_EXTRA_BITS[sym]
-                    z = SYMBOL_BASE[sym] + (acc & ((np.int64(1) << nb) - 1))
-                    acc >>= nb
-                    nacc -= nb
-                    codes[idx] = RADIUS + unzigzag(z)
-                else:
-                    codes[idx] = UNPREDICTABLE
-                    if u_pos + itemsize > end:
-                        return 0, -1
-                    o = idx * usize
-                    for j in range(itemsize):
-                        out_bytes[o + np.uint64(j)] = payload[np.uint64(u_pos + j)]
-                    u_pos += itemsize
-                k += np.uint64(1)
-                idx += step
-    return 8 * (x_pos - x_start) - nacc, u_pos
+            if top > ESCAPE:
+                return 2, rpos, 0, 0
+    ok = s0 == rans.RANS_L and s1 == rans.RANS_L and s2 == rans.RANS_L and s3 == rans.RANS_L
+    return (0 if ok else 3), rpos, 8 * (x_pos - r_end) - nacc, u_pos
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -656,7 +652,7 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
         for j in range(w, chunk_ids.shape[0], n_workers):
             c = chunk_ids[j]
             lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-            h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
+            g = ChunkBox(hi0 - lo0, hi1 - lo1, hi2 - lo2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
             end = ends[j]
             n_r, pos = _varint(payload, starts[j], end)
             n_x, pos = _varint(payload, pos, end)
@@ -664,27 +660,23 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
             if n_r < rans.STATE_BYTES or n_x < 0 or n_r > end - pos or n_x > end - pos - n_r:
                 errors[j] = 1
                 continue
-            r_end = pos + n_r
-            x_end = r_end + n_x
+            sec = Sections(pos, pos + n_r, pos + n_r + n_x, end)
             mags = _magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
-            syms = np.empty(h0 * h1 * h2, np.uint8)
             if coder == CODER_LANES:
-                tcol = np.empty(h2, np.int64)
-                pcol = np.empty(h2, np.int64)
-                ok, rpos, n = _decode_symbols_lanes(payload, pos, r_end, packed, cmap, mags, syms, tcol, pcol, missing,
-                                                    h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+                row = np.empty(g.h2, np.uint8)
+                tcol = np.empty(g.h2, np.int64)
+                pcol = np.empty(g.h2, np.int64)
+                icol = np.empty(g.h2, np.int64)
+                status, rpos, x_bits, u_pos = _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol,
+                                                            missing, codes, out_bytes, itemsize, g)
             else:
-                ok, rpos, n = _decode_symbols(payload, pos, r_end, symbols, info, zero, mags, syms, missing, h0, h1,
-                                              h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
-            if not ok:
-                errors[j] = 2 if n == 0 else 3
-                continue
-            if rpos != r_end:
+                status, rpos, x_bits, u_pos = _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes,
+                                                             out_bytes, itemsize, g)
+            if status:
+                errors[j] = status
+            elif rpos != sec.r_end:
                 errors[j] = 3
-                continue
-            x_bits, u_pos = _place_codes(syms, payload, r_end, x_end, x_end, end, codes, out_bytes, itemsize, missing,
-                                         h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
-            if u_pos < 0:
+            elif u_pos > end:
                 errors[j] = 2
             elif (x_bits + 7) // 8 != n_x or u_pos != end:
                 errors[j] = 4

@@ -133,9 +133,13 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     orig = prep.work
     if prep.count:
         header.missing_count, header.fill_bits, header.origin_pred = prep.count, prep.fill_bits, prep.valid_mean
-    codes = None
+    # the prediction's working array (without missing points, one that need not hold the
+    # data: see predict_all) and codes, lent to the tuner's trials first
+    work = np.empty_like(orig) if prep.missing is None else None
+    codes = np.empty(orig.size, np.int32)
+    whole = None
     if settings is None:
-        settings, codes = choose(orig.reshape(a.shape), eb, header.origin_pred, prep.missing)
+        settings, whole = choose(orig.reshape(a.shape), eb, header.origin_pred, prep.missing, work, codes)
     header.order, header.flat = settings.order, settings.flat
     header.alpha8, header.beta8 = settings.alpha8, settings.beta8
     part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
@@ -143,8 +147,10 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     report(1, stages)
     header.cubic_mask = (1 << len(part.steps)) - 1 if settings.cubic else 0
     miss = prep.missing if prep.missing is not None else missing.NO_MISSING
-    if codes is None:  # (the tuner's trials did not cover the whole array)
-        codes = predict_all(orig, miss, part, header)
+    if whole is not None:  # (the tuner's trials covered the whole array)
+        codes = whole
+    else:
+        predict_all(orig, miss, part, header, work, codes)
     report(2, stages)
     sections = []
     exact_section = exact.section(a.reshape(-1), prep.exact)
@@ -206,11 +212,16 @@ def with_target(stream: bytes, record: TargetRecord) -> bytes:
                                                  bytes(src.read(levels_end, header.enhance_len))])
 
 
-def predict_all(orig: np.ndarray, missing: np.ndarray, part: Partition, header: LossyHeader) -> np.ndarray:
+def predict_all(orig: np.ndarray, missing: np.ndarray, part: Partition, header: LossyHeader,
+                x: np.ndarray | None = None, codes: np.ndarray | None = None) -> np.ndarray:
     """Quantization codes (flat int32) of every point, in full-resolution layout (``missing``:
-    the flat uint8 mask, empty without one)."""
-    x = orig.copy()
-    codes = np.empty(orig.size, dtype=np.int32)
+    the flat uint8 mask, empty without one), into ``codes`` if given. ``x`` is the working
+    array the reconstructed values go to: a copy of ``orig`` when points are missing;
+    without, any array of its size and dtype (every point is written before it is read)."""
+    if x is None:
+        x = orig.copy() if missing.size else np.empty_like(orig)
+    if codes is None:
+        codes = np.empty(orig.size, dtype=np.int32)
     bounds = header.step_bounds(part.steps)
     encode_origin(x, codes, orig, bounds[0] if bounds else header.eb, header.origin_pred)
     plan = part.plan_passes(None, len(part.steps) - 1)

@@ -217,11 +217,16 @@ def plan(shape3, settings, boxes):
     return part, part.cache[key]
 
 
-def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarray | None = None):
+def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarray | None = None,
+           work: np.ndarray | None = None, codes: np.ndarray | None = None):
     """Settings for compressing ``a`` (float array, missing points NaN, flagged in the flat
     uint8 ``missing``) with absolute bound ``eb`` and first-point prediction ``origin_pred``,
     and the winning trial's codes when the trials covered the whole array (small arrays), else
-    None."""
+    None.
+
+    ``work`` (``a``'s size and dtype) and ``codes`` (int32, ``a``'s size) are memory the
+    sampled trials may use (their contents are overwritten), so that a caller who needs such
+    arrays next pays for touching their pages once."""
     shape3 = as_3d_shape(a.shape)
     cands = candidates(a.reshape(shape3))
     if eb == 0 or len(cands) == 1:
@@ -229,18 +234,21 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
     flat = np.ascontiguousarray(a).reshape(-1)
     boxes = sample_boxes(shape3)
     best, best_bits, best_codes = None, None, None
-    plans, work = {}, {}
+    plans, works = {}, {}
     # sampled trials return no codes: they share one array (memory touched once, not per trial)
-    shared_codes = None if boxes is None else np.empty(flat.size, np.int32)
+    shared_codes = None if boxes is None else (codes if codes is not None else np.empty(flat.size, np.int32))
+    # a trial writes every point it reads (the origin first): without missing points its
+    # working array needs no copy of the data, and one serves every trial
+    shared_work = None
+    if missing is None:
+        shared_work = work if work is not None and boxes is not None else np.empty_like(flat)
     for c in cands:
         key = (c.order, c.flat)
         if key not in plans:
             plans[key] = plan(shape3, c, boxes)
-            # a trial writes every point it reads (the origin first): without missing points
-            # its working array needs no copy of the data
-            work[key] = flat.copy() if missing is not None else np.empty_like(flat)
-        bits, codes = estimate_bits(flat, shape3, eb, c, boxes, plans[key], work[key], origin_pred, missing,
-                                    shared_codes)
+            works[key] = flat.copy() if missing is not None else shared_work
+        bits, trial_codes = estimate_bits(flat, shape3, eb, c, boxes, plans[key], works[key], origin_pred, missing,
+                                          shared_codes)
         if best_bits is None or bits < best_bits:
-            best, best_bits, best_codes = c, bits, codes
+            best, best_bits, best_codes = c, bits, trial_codes
     return best, (best_codes if boxes is None else None)

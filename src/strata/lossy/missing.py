@@ -124,6 +124,11 @@ def prepare(a: np.ndarray, missing: np.ndarray) -> Prepared:
     flat = a.reshape(-1)
     bits = flat.view(f"u{flat.itemsize}")
     miss = missing.view(np.uint8)
+    if flat.size and not miss.any():
+        # the common case in two vectorized reductions, not the scan's serial sum
+        lo, hi = float(flat.min()), float(flat.max())
+        if math.isfinite(lo) and math.isfinite(hi):
+            return Prepared(flat, None, 0, b"", np.zeros(0, np.int64), 0.0, (lo, hi))
     n_valid, total, lo, hi, count, first, alike, n_inf = _scan(flat, bits, miss)
     valid_range = (float(lo), float(hi)) if n_valid else None
     if n_valid == flat.size:

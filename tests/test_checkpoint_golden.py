@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from strata import checkpoint as ck
+from strata import varint
 from strata.checkpoint import codec
 from strata.container import FORMAT_VERSION, KIND_CHECKPOINT, Source, unpack_header
-from strata.entropy import bytecoder, tables
+from strata.entropy import bytecoder
 from strata.errors import FormatError
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -72,12 +73,12 @@ def _plane_models(rec: bytes) -> set[int]:
     for c in range(len(head.checks)):
         pos = head.offsets[c]
         for _ in range(head.itemsize):
-            m, pos = tables._get_varint(b, pos)
+            m, pos = varint.get(b, pos, b.size)
             models.add(int(b[pos]))
             if b[pos] == bytecoder.SPLIT:  # its parts' models
                 q, lens = pos + 2, []
                 for _ in range(bytecoder.SPLIT_PARTS - 1):
-                    ln, q = tables._get_varint(b, q)
+                    ln, q = varint.get(b, q, b.size)
                     lens.append(ln)
                 for ln in [*lens, None]:
                     models.add(int(b[q]))

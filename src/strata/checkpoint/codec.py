@@ -33,8 +33,9 @@ import numpy as np
 from crc32c import crc32c as _crc32c
 from numba import njit
 
+from .. import varint
 from ..container import Reader, Writer, crc32
-from ..entropy import bytecoder, tables
+from ..entropy import bytecoder
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError
 from . import planes
 
@@ -120,7 +121,7 @@ def _encode_chunk_into(chunk, itemsize, rotate, out):
     pos = 0
     for k in range(itemsize):
         m = bytecoder.encode_into(ps[k], rec, 0, True)
-        pos = tables._put_varint(out, pos, m)
+        pos = varint.put(out, pos, m)
         bytecoder.copy_into(out[pos:], rec[:m])
         pos += m
     return pos
@@ -146,16 +147,15 @@ def _decode_chunk_into(buf, pos, end, itemsize, rotate, scratch, out):
     ``scratch`` (uint8, at least the chunk's size); the merge reads both
     (:func:`strata.checkpoint.planes.merge4`)."""
     n = out.shape[0] // itemsize
-    head = buf[:end]
     if itemsize == 1:
-        m, pos = tables._get_varint(head, pos)
+        m, pos = varint.get(buf, pos, end)
         if m < 0 or pos + m > end:
             return 20
         status = bytecoder.decode_from(buf, pos, pos + m, out)
         return status if status or pos + m == end else 21
     at = np.empty(itemsize, np.int64)
     for k in range(itemsize):
-        m, pos = tables._get_varint(head, pos)
+        m, pos = varint.get(buf, pos, end)
         if m < 0 or pos + m > end:
             return 20
         if m == n + 1 and buf[pos] == bytecoder.RAW:

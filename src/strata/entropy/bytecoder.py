@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .. import varint
 from ..errors import CorruptStreamError
 from . import rans, tables
 
@@ -394,7 +395,7 @@ def encode_into(data, out, pos, wide=False):
                                              wide)
             q = pos + 2
             for p in range(n_parts - 1):
-                q = tables._put_varint(out, q, ends[p + 1] - ends[p])
+                q = varint.put(out, q, ends[p + 1] - ends[p])
             copy_into(out[q:], tmp[:ends[n_parts]])
             return q + ends[n_parts]
     return _encode_simple(data, h0, hp, c0, cp, out, pos, wide)
@@ -421,7 +422,7 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
     counts = h0 if order0 else hp
     freq = tables.normalize(tables.approx_value(tables.approx_code(counts)))
     tab = np.empty(counts.shape[0] * (counts.shape[1] + 8), np.uint8)
-    tlen = tables._serialize_into(tables.approx_code(counts), tab)
+    tlen = tables.serialize_into(tables.approx_code(counts), tab)
     buf = np.empty(2 * n + 48, np.uint8)
     enc = rans.encoder_table(freq)
     flat = enc.ravel()
@@ -431,7 +432,7 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
     else:
         start = _encode_order0(data, flat, buf) if order0 else _encode_prev(data, flat, buf)
     out[pos] = ORDER0_8 if eight else (ORDER0 if order0 else PREV)
-    p = tables._put_varint(out, pos + 1, tlen)
+    p = varint.put(out, pos + 1, tlen)
     copy_into(out[p:], tab[:tlen])
     p += tlen
     m = buf.shape[0] - start
@@ -450,11 +451,10 @@ def decode_from(buf, pos, end, out):
         return _decode_simple(buf, pos, end, out)
     if end - pos < 2 or buf[pos + 1] != SPLIT_PARTS or n < SPLIT_PARTS * MIN_PART_BYTES:
         return 8
-    head = buf[:end]
     ps = np.empty(SPLIT_PARTS + 1, np.int64)
     p = pos + 2
     for j in range(SPLIT_PARTS - 1):
-        ln, p = tables._get_varint(head, p)
+        ln, p = varint.get(buf, p, end)
         if ln < 0:
             return 8
         ps[j + 1] = ln
@@ -491,11 +491,11 @@ def _decode_simple(buf, pos, end, out):
         return 0
     if model != ORDER0 and model != PREV and model != ORDER0_8:
         return 4
-    tlen, p = tables._get_varint(buf[:end], pos + 1)
+    tlen, p = varint.get(buf, pos + 1, end)
     if tlen < 0 or p + tlen > end:
         return 5
     n_tables = _N_PREV if model == PREV else 1
-    codes, st = tables._deserialize(buf[p:p + tlen], n_tables, 256)
+    codes, st = tables.deserialize_codes(buf[p:p + tlen], n_tables, 256)
     if st != 0:
         return 5
     freq = tables.normalize(tables.approx_value(codes))

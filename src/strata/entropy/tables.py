@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .. import varint
 from ..errors import CorruptStreamError
 
 SCALE_BITS = 11
@@ -131,11 +132,13 @@ def serialize(counts: np.ndarray) -> bytes:
     ``has_first``, then ``span`` bytes: the codes of symbols ``first .. first + span - 1``."""
     codes = approx_code(np.asarray(counts, dtype=np.int64))
     out = np.empty(codes.shape[0] * (codes.shape[1] + 8), np.uint8)
-    return out[:_serialize_into(codes, out)].tobytes()
+    return out[:serialize_into(codes, out)].tobytes()
 
 
 @njit(nogil=True, cache=True)
-def _serialize_into(codes, out):
+def serialize_into(codes, out):
+    """The serialized tables (see :func:`serialize`) of the table codes ``codes``
+    (:func:`approx_code`) into the uint8 array ``out``; returns the bytes written."""
     pos = 0
     for t in range(codes.shape[0]):
         first, last = -1, 0
@@ -146,30 +149,13 @@ def _serialize_into(codes, out):
                 last = s_ + 1
         first = max(first, 0)
         span = last - first
-        pos = _put_varint(out, pos, (span << 1) | (first > 0))
+        pos = varint.put(out, pos, (span << 1) | (first > 0))
         if first > 0:
-            pos = _put_varint(out, pos, first)
+            pos = varint.put(out, pos, first)
         for s_ in range(first, last):
             out[pos] = codes[t, s_]
             pos += 1
     return pos
-
-
-@njit(inline="always")
-def _put_varint(out, pos, v):
-    while v >= 0x80:
-        out[pos] = (v & 0x7F) | 0x80
-        v >>= 7
-        pos += 1
-    out[pos] = v
-    return pos + 1
-
-
-def _varint(out: bytearray, v: int) -> None:
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
 
 
 _TABLE_ERRORS = {1: "truncated or malformed frequency tables",
@@ -183,25 +169,25 @@ def deserialize(buf, n_tables: int, n_symbols: int) -> np.ndarray:
     Raises:
         CorruptStreamError: the bytes do not hold ``n_tables`` tables of that alphabet.
     """
-    codes, status = _deserialize(np.frombuffer(buf, np.uint8), n_tables, n_symbols)
+    codes, status = deserialize_codes(np.frombuffer(buf, np.uint8), n_tables, n_symbols)
     if status:
         raise CorruptStreamError(_TABLE_ERRORS[status])
     return approx_value(codes)
 
 
 @njit(nogil=True, cache=True)
-def _deserialize(buf, n_tables, n_symbols):
-    """Codes of :func:`_serialize_into` output, and a status (0 ok, else a key of ``_TABLE_ERRORS``)."""
+def deserialize_codes(buf, n_tables, n_symbols):
+    """Codes of :func:`serialize_into` output, and a status (0 ok, else a key of ``_TABLE_ERRORS``)."""
     codes = np.zeros((n_tables, n_symbols), np.int64)
     pos = 0
     n = buf.shape[0]
     for t in range(n_tables):
-        h, pos = _get_varint(buf, pos)
+        h, pos = varint.get(buf, pos, n)
         if h < 0:
             return codes, 1
         first = 0
         if h & 1:
-            first, pos = _get_varint(buf, pos)
+            first, pos = varint.get(buf, pos, n)
             if first < 0:
                 return codes, 1
         span = h >> 1
@@ -211,21 +197,6 @@ def _deserialize(buf, n_tables, n_symbols):
             codes[t, first + s_] = buf[pos + s_]
         pos += span
     return codes, (3 if pos != n else 0)
-
-
-@njit(inline="always")
-def _get_varint(buf, pos):
-    """``(value, position after it)``; value -1 if truncated or longer than 5 bytes."""
-    v = 0
-    shift = 0
-    while pos < buf.shape[0] and shift <= 28:
-        b = np.int64(buf[pos])
-        pos += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return v, pos
-        shift += 7
-    return -1, pos
 
 
 @njit(nogil=True, cache=True)

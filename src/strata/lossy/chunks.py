@@ -26,6 +26,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit, prange
 
+from .. import varint
 from .._numba import pick, serial_variant
 from ..entropy import rans, tables
 from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, SYMBOL_BASE, SYMBOL_EXTRA_BITS, to_symbol, unzigzag, zigzag
@@ -334,34 +335,6 @@ def assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, n_unpred_bytes, 
 
 
 @njit(inline="always")
-def _varint(buf, pos, end):
-    v = np.int64(0)
-    shift = 0
-    while pos < end and shift < 57:
-        b = buf[pos]
-        pos += 1
-        v |= np.int64(b & 0x7F) << shift
-        if b < 0x80:
-            return v, pos
-        shift += 7
-    return np.int64(-1), pos
-
-
-@njit(nogil=True, cache=True)
-def read_varints(buf, pos, n):
-    """``n`` varints from ``buf[pos:]``: ``(values, position after them)``; position -1 if the
-    bytes run out or a value is malformed."""
-    out = np.empty(n, np.int64)
-    end = buf.shape[0]
-    for i in range(n):
-        v, pos = _varint(buf, pos, end)
-        if v < 0:
-            return out, -1
-        out[i] = v
-    return out, pos
-
-
-@njit(inline="always")
 def _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero):
     """Decode one symbol of context ``ctx`` with state ``sa``: ``(symbol, state, rpos)``.
 
@@ -654,8 +627,8 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
             lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
             g = ChunkBox(hi0 - lo0, hi1 - lo1, hi2 - lo2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
             end = ends[j]
-            n_r, pos = _varint(payload, starts[j], end)
-            n_x, pos = _varint(payload, pos, end)
+            n_r, pos = varint.get(payload, starts[j], end)
+            n_x, pos = varint.get(payload, pos, end)
             # (compared by difference: lengths up to 2**63 must not wrap the sum around)
             if n_r < rans.STATE_BYTES or n_x < 0 or n_r > end - pos or n_x > end - pos - n_r:
                 errors[j] = 1
@@ -734,13 +707,13 @@ def parse_level_head(head, payload_len, groups, zero_fast_path):
     if tile_log2 > 20:
         return 2, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     cmap = groups[group]
-    tlen, pos = _varint(head, 2, end)
+    tlen, pos = varint.get(head, 2, end)
     if tlen < 0 or tlen > end - pos:
         return 3, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     n_tables = 0
     for t in cmap:
         n_tables = max(n_tables, t + 1)
-    codes, st = tables._deserialize(head[pos:pos + tlen], n_tables, ALPHABET)
+    codes, st = tables.deserialize_codes(head[pos:pos + tlen], n_tables, ALPHABET)
     if st != 0:
         return 3, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     counts = tables.approx_value(codes)
@@ -761,12 +734,12 @@ def parse_level_head(head, payload_len, groups, zero_fast_path):
             for c in range(n_ctx):
                 zero[c] = info[c * tables.SPLIT_SYMBOLS] & 0xFFF
     pos += tlen
-    n_chunks, pos = _varint(head, pos, end)
+    n_chunks, pos = varint.get(head, pos, end)
     if n_chunks < 0 or n_chunks > end:
         return 5, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
     offsets = np.zeros(n_chunks + 1, np.int64)
     for c in range(n_chunks):
-        v, pos = _varint(head, pos, end)
+        v, pos = varint.get(head, pos, end)
         if v < 0:
             return 5, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
         if v > payload_len - offsets[c]:  # (before adding: no wrap-around)

@@ -50,6 +50,7 @@ import struct
 import numpy as np
 from numba import njit, prange
 
+from .. import varint
 from .._numba import pick, serial_variant, workers
 from ..container import Writer, checked_body, crc32
 from ..entropy import binary, rans
@@ -376,28 +377,6 @@ def encode_level(missing: np.ndarray, shape, stride, refined, base, boxes) -> tu
     return index + struct.pack("<I", crc32(index)), payload
 
 
-@njit(nogil=True, cache=True)
-def _read_lengths(buf, pos, n):
-    """``n`` varints from ``buf[pos:]`` (int64): ``(values, position after them)``, position
-    -1 if the bytes run out or a value is malformed (more than 8 bytes)."""
-    out = np.zeros(n, np.int64)
-    end = buf.shape[0]
-    for i in range(n):
-        v = np.int64(0)
-        shift = 0
-        while True:
-            if pos >= end or shift > 56:
-                return out, -1
-            b = buf[pos]
-            pos += 1
-            v |= np.int64(b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
-        out[i] = v
-    return out, pos
-
-
 def parse_index(index_bytes, payload_len: int, n_chunks_expected: int) -> tuple[np.ndarray, list[int]]:
     """Validate and parse a level's mask index.
 
@@ -415,14 +394,14 @@ def parse_index(index_bytes, payload_len: int, n_chunks_expected: int) -> tuple[
             ``payload_len``, truncated or trailing bytes.
     """
     body = np.frombuffer(checked_body(bytes(index_bytes), "mask index", 1), np.uint8)
-    head, pos = _read_lengths(body, 0, 1)
+    head, pos = varint.get_many(body, 0, body.shape[0], 1)
     n = int(head[0])
     if pos < 0 or n != n_chunks_expected:
         raise CorruptStreamError(f"mask index lists {n if pos >= 0 else '?'} chunks, the level has "
                                  f"{n_chunks_expected}")
     if n > len(body):
         raise CorruptStreamError("mask index too short for its chunks")
-    lens, pos = _read_lengths(body, pos, n)
+    lens, pos = varint.get_many(body, pos, body.shape[0], n)
     if pos < 0:
         raise CorruptStreamError("truncated or malformed mask chunk lengths")
     if np.any(lens < 1):

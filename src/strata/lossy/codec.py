@@ -119,9 +119,11 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     """
     data, ma_mask = missing.split_masked(array)
     a = validate_array(data)
-    miss = missing.find(a, mask, fill_value)
-    if ma_mask is not None:
-        miss |= ma_mask.reshape(-1)
+    miss = None  # (NaN only: prepare finds them, without a mask array when there are none)
+    if mask is not None or fill_value is not None or ma_mask is not None:
+        miss = missing.find(a, mask, fill_value)
+        if ma_mask is not None:
+            miss |= ma_mask.reshape(-1)
     prep = missing.prepare(a, miss)
     mode, value, eb = absolute_bound(prep.valid_range, abs_error, rel_error)
     metadata_section = meta.section(metadata)

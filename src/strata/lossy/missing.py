@@ -118,17 +118,20 @@ def find(a: np.ndarray, mask=None, fill_value=None) -> np.ndarray:
     return out
 
 
-def prepare(a: np.ndarray, missing: np.ndarray) -> Prepared:
+def prepare(a: np.ndarray, missing: np.ndarray | None = None) -> Prepared:
     """Split ``a`` (C-contiguous float array) into what is coded and what is kept apart, given
-    its flat boolean ``missing`` (from :func:`find`)."""
+    its flat boolean ``missing`` (from :func:`find`; None: the NaN points, found here)."""
     flat = a.reshape(-1)
     bits = flat.view(f"u{flat.itemsize}")
-    miss = missing.view(np.uint8)
-    if flat.size and not miss.any():
-        # the common case in two vectorized reductions, not the scan's serial sum
+    if flat.size and (missing is None or not missing.any()):
+        # the common case in two vectorized reductions (a NaN makes them NaN), not the scan's
+        # serial sum, nor a mask array
         lo, hi = float(flat.min()), float(flat.max())
         if math.isfinite(lo) and math.isfinite(hi):
             return Prepared(flat, None, 0, b"", np.zeros(0, np.int64), 0.0, (lo, hi))
+    if missing is None:
+        missing = find(a)
+    miss = missing.view(np.uint8)
     n_valid, total, lo, hi, count, first, alike, n_inf = _scan(flat, bits, miss)
     valid_range = (float(lo), float(hi)) if n_valid else None
     if n_valid == flat.size:

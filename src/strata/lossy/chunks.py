@@ -380,6 +380,20 @@ _DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z 
 
 
 @njit(inline="always")
+def _put_stored(idx, codes, payload, u_pos, end, out_bytes, itemsize):
+    """An unpredictable value at ``idx``: ``UNPREDICTABLE`` in ``codes``, its stored bytes (from
+    ``u_pos``) copied to ``out_bytes``; returns the next ``u_pos``, past ``end`` (nothing
+    copied) when the value is missing from the stream."""
+    codes[idx] = UNPREDICTABLE
+    if u_pos + itemsize > end:
+        return end + 1
+    o = idx * np.uint64(itemsize)
+    for j in range(itemsize):
+        out_bytes[o + np.uint64(j)] = payload[np.uint64(u_pos + j)]
+    return u_pos + itemsize
+
+
+@njit(inline="always")
 def _put_code(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, out_bytes, itemsize):
     """The code of a decoded symbol at ``codes[idx]``: with its raw bits (the bit reader
     ``acc, nacc, x_pos``; ``payload`` padded by 4 bytes past ``x_end``) or, for an
@@ -396,13 +410,7 @@ def _put_code(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, out
         nacc -= nb
         codes[idx] = RADIUS + unzigzag(z)
     else:
-        codes[idx] = UNPREDICTABLE
-        if u_pos + itemsize > end:
-            return acc, nacc, x_pos, end + 1
-        o = idx * np.uint64(itemsize)
-        for j in range(itemsize):
-            out_bytes[o + np.uint64(j)] = payload[np.uint64(u_pos + j)]
-        u_pos += itemsize
+        u_pos = _put_stored(idx, codes, payload, u_pos, end, out_bytes, itemsize)
     return acc, nacc, x_pos, u_pos
 
 
@@ -413,9 +421,7 @@ def _put_code_flat(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end
     would be mispredicted. The bit reader is topped up by a select, from ``min(x_pos, x_end)``."""
     need = nacc < 32
     q = np.uint64(min(x_pos, x_end))
-    w = (np.int64(payload[q]) | (np.int64(payload[q + np.uint64(1)]) << 8)
-         | (np.int64(payload[q + np.uint64(2)]) << 16) | (np.int64(payload[q + np.uint64(3)]) << 24))
-    acc |= (w << nacc) if need else np.int64(0)
+    acc |= (_read_u32(payload, q) << nacc) if need else np.int64(0)
     nacc += 32 if need else 0
     x_pos += 4 if need else 0
     nb = SYMBOL_EXTRA_BITS[sym]
@@ -426,13 +432,7 @@ def _put_code_flat(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end
     if sym < ESCAPE:
         codes[idx] = RADIUS + ((z + odd) >> 1) * (2 * odd - 1)
         return acc, nacc, x_pos, u_pos
-    codes[idx] = UNPREDICTABLE
-    if u_pos + itemsize > end:
-        return acc, nacc, x_pos, end + 1
-    o = idx * np.uint64(itemsize)
-    for j in range(itemsize):
-        out_bytes[o + np.uint64(j)] = payload[np.uint64(u_pos + j)]
-    return acc, nacc, x_pos, u_pos + itemsize
+    return acc, nacc, x_pos, _put_stored(idx, codes, payload, u_pos, end, out_bytes, itemsize)
 
 
 @njit(inline="always")
@@ -446,7 +446,7 @@ def _put(flat, sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, ou
 @njit(nogil=True, _nrt=False)
 def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_bytes, itemsize, g):
     """Decode a :data:`CODER_SERIAL` chunk (box ``g``, sections ``sec``): its symbols in raster
-    order, each one's code straight to ``codes`` (:func:`_put_code`), a missing point's
+    order, each one's code straight to ``codes`` (:func:`_put`), a missing point's
     ``MISSING``.
 
     ``mags`` is the chunk's grid with a zero border on the low side of each axis, shape

@@ -28,6 +28,16 @@ def put(out, pos, v):
 
 
 @njit(inline="always")
+def size(v):
+    """Bytes of the varint of ``v`` (>= 0)."""
+    n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+@njit(inline="always")
 def get(buf, pos, end):
     """Read a varint from ``buf[pos:end]``: ``(value, position after it)``; value -1 when the
     bytes end first or it is longer than :data:`MAX_BYTES`."""

@@ -316,14 +316,8 @@ def _encode_chunk_lanes(syms, ctxs, ctxmap, enc, n_s, buf, states):
 def assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, n_unpred_bytes, out, out_offsets):
     """Copy each chunk to ``out[out_offsets[c]:]`` in its final layout."""
     for c in prange(buf_offsets.shape[0] - 1):
-        p = out_offsets[c]
-        for v in (n_rans[c], n_raw[c]):
-            while v >= 0x80:
-                out[p] = (v & 0x7F) | 0x80
-                v >>= 7
-                p += 1
-            out[p] = v
-            p += 1
+        p = varint.put(out, out_offsets[c], n_rans[c])
+        p = varint.put(out, p, n_raw[c])
         r0 = buf_offsets[c + 1] - n_rans[c]
         for k in range(n_rans[c]):
             out[p + k] = buf[r0 + k]
@@ -830,13 +824,33 @@ def _choose(counts, groups):
 
 def level_tables(hist: np.ndarray):
     """From histograms ``(n, 27, ALPHABET)`` (summed over ``n``): the grouping chosen (index
-    into :data:`CONTEXT_GROUPS`, smallest estimated size), its serialized tables, and the
-    encoder constants (:func:`strata.entropy.rans.encoder_table`)."""
-    counts = hist.sum(axis=0)
-    group = _choose(counts, GROUPS)
-    grouped = grouped_counts(counts, GROUPS[group])
-    freq = tables.normalize(tables.quantized(grouped))
-    return group, tables.serialize(grouped), rans.encoder_table(freq)
+    into :data:`CONTEXT_GROUPS`, smallest estimated size), its serialized tables
+    (:func:`strata.entropy.tables.serialize`), and the encoder constants
+    (:func:`strata.entropy.rans.encoder_table`)."""
+    group, table_bytes, enc = _level_tables(hist, GROUPS)
+    return group, table_bytes.tobytes(), enc
+
+
+@njit(nogil=True, cache=True)
+def _level_tables(hist, groups):
+    counts = np.zeros((hist.shape[1], hist.shape[2]), np.int64)
+    for w in range(hist.shape[0]):
+        counts += hist[w]
+    group = _choose(counts, groups)
+    codes = tables.approx_code(grouped_counts(counts, groups[group]))
+    out = np.empty(codes.shape[0] * (codes.shape[1] + 8), np.uint8)
+    n = tables.serialize_into(codes, out)
+    return group, out[:n], rans.encoder_table(tables.normalize(tables.approx_value(codes)))
+
+
+@njit(nogil=True, cache=True)
+def chunk_lengths(n_rans, n_raw, unpred_bytes):
+    """Bytes of each chunk: ``varint n_rans | varint n_raw | rANS bytes | raw bits |
+    unpredictable values`` (int64 arrays of the chunks' section sizes)."""
+    out = np.empty(n_rans.shape[0], np.int64)
+    for c in range(out.shape[0]):
+        out[c] = varint.size(n_rans[c]) + varint.size(n_raw[c]) + n_rans[c] + n_raw[c] + unpred_bytes[c]
+    return out
 
 
 __all__ = ["ALPHABET", "CONTEXT_GROUPS", "N_CONTEXTS", "analyze", "assemble", "chunk_sizes", "decode", "encode",

@@ -309,7 +309,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     n_rans = np.zeros(n_chunks, np.int64)
     encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
            cmap, enc, n_unpred, buf, buf_offsets, n_rans, coder, n_workers)
-    lens = n_rans + n_raw + unpred_bytes + _varint_len(n_rans) + _varint_len(n_raw)
+    lens = chunks.chunk_lengths(n_rans, n_raw, unpred_bytes)
     out_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(lens, out=out_offsets[1:])
     payload = np.empty(int(out_offsets[-1]), np.uint8)
@@ -323,11 +323,6 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
         w.u32(crc32(view[out_offsets[c]:out_offsets[c + 1]]))
     head = w.getvalue()
     return head + struct.pack("<I", crc32(head)), mask_index, mask_payload, pay
-
-
-def _varint_len(v: np.ndarray) -> np.ndarray:
-    """Bytes of the varint of each value (values below 2**35)."""
-    return 1 + sum((v >= 1 << (7 * k)).astype(np.int64) for k in range(1, 5))
 
 
 __all__ = ["Settings", "absolute_bound", "compress", "encode_level", "level_geometry", "predict_all",

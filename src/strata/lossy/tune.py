@@ -146,7 +146,7 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     step_of = table[0][:, 14].copy()
     encode_passes(x, codes, flat, NO_MISSING if missing is None else missing, shape, table)
     hist = np.zeros((n_steps, _CLIP + 2), np.int64)
-    _histogram(codes, flat, shape, table[0], step_of, hist)
+    _histogram(codes, flat, missing is not None, shape, table[0], step_of, hist)
     level_points = np.array(part.step_points, np.float64)
     return _bits(hist, level_points, flat.dtype.itemsize * 8), codes
 
@@ -185,10 +185,10 @@ def sample_bits(sample, n_points, value_bits):
 
 
 @njit(nogil=True, cache=True)
-def _histogram(codes, flat, shape, table, step_of, hist):
+def _histogram(codes, flat, has_missing, shape, table, step_of, hist):
     """Add the codes of each pass of ``table`` to ``hist[step_of[p]]``: ``|q|`` clipped to
-    ``_CLIP``, unpredictable values in the last column; missing points (NaN in ``flat``)
-    have no symbol and are left out."""
+    ``_CLIP``, unpredictable values in the last column; missing points (``has_missing``: NaN
+    in ``flat``) have no symbol and are left out."""
     n1, n2 = shape[1], shape[2]
     for p in range(table.shape[0]):
         i = step_of[p]
@@ -197,7 +197,7 @@ def _histogram(codes, flat, shape, table, step_of, hist):
                 row = (i0 * n1 + i1) * n2
                 for i2 in range(_first(table[p, 4], table[p, 7], table[p, 10]), table[p, 13], table[p, 7]):
                     c = codes[row + i2]
-                    if flat[row + i2] != flat[row + i2]:
+                    if has_missing and flat[row + i2] != flat[row + i2]:
                         continue
                     if c == UNPREDICTABLE:
                         hist[i, _CLIP + 1] += 1

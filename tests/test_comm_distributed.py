@@ -44,6 +44,9 @@ def _entry(rank: int, fn, world: int, rdzv: str, args: tuple) -> None:
                             timeout=timedelta(seconds=60))
     try:
         fn(rank, world, *args)
+        # every rank done before any tears the group down: gloo aborts (SIGABRT, "terminate called
+        # without an active exception") a rank still inside a collective when its peer leaves
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -206,17 +206,18 @@ def test_fixed_chunk_length_fields_near_2_63_do_not_wrap(tmp_path):
 def test_fixed_level_head_chunk_lengths_cannot_wrap_to_the_payload_length():
     """chunks.parse_level_head: chunk lengths whose int64 sum wraps around to the payload's
     length were accepted (offsets beyond the stream; the reader then refused them only by
-    luck, as truncation). Now: "chunk lengths do not add up"."""
-    root = fz.parse_lossy(_stream_3d())
-    level = _finest_level(root)
-    chunks, lengths = level.items[3].items, level.items[0].items[0].items[5]
-    assert len(chunks) >= 3
-    total = len(fz.serialize(level.items[3]))
-    lengths.items = [fz.F("varint", v, "") for v in [(1 << 63) - 1, (1 << 63) - 1, total + 2]
-                     + [0] * (len(chunks) - 3)]
-    lengths.auto = None
-    with pytest.raises(CorruptStreamError, match="add up"):
-        strata.decompress(fz.serialize(root))
+    luck, as truncation). Now: "chunk lengths do not add up", with the largest lengths a
+    varint of the compiled readers carries (8 bytes); a 9-byte one is malformed."""
+    for big, message in (((1 << 56) - 1, "add up"), ((1 << 63) - 1, "malformed chunk lengths")):
+        root = fz.parse_lossy(_stream_3d())
+        level = _finest_level(root)
+        chunks, lengths = level.items[3].items, level.items[0].items[0].items[5]
+        assert len(chunks) >= 3
+        total = len(fz.serialize(level.items[3]))
+        lengths.items = [fz.F("varint", v, "") for v in [big, big, total + 2] + [0] * (len(chunks) - 3)]
+        lengths.auto = None
+        with pytest.raises(CorruptStreamError, match=message):
+            strata.decompress(fz.serialize(root))
 
 
 def test_fixed_mask_index_lengths_cannot_wrap_to_the_payload_length():
@@ -225,16 +226,18 @@ def test_fixed_mask_index_lengths_cannot_wrap_to_the_payload_length():
     a = np.cumsum(np.random.default_rng(6).standard_normal((20, 70, 70)), axis=2).astype(np.float32)
     a[:, :35, :35] = np.nan
     a[::2, 40:50, 40:60] = np.nan
-    root = fz.parse_lossy(strata.compress(a, abs_error=1e-2))
-    level = _finest_level(root)
-    mchunks, lengths = level.items[2].items, level.items[1].items[0].items[1]
-    assert len(mchunks) >= 3
-    total = len(fz.serialize(level.items[2]))
-    rest = len(mchunks) - 3  # (chunks of 1 byte after the first three)
-    lengths.items = [fz.F("varint", v, "") for v in [(1 << 63) - 1, (1 << 63) - 1, total + 2 - rest] + [1] * rest]
-    lengths.auto = None
-    with pytest.raises(CorruptStreamError, match="longer than the mask payload"):
-        strata.decompress(fz.serialize(root))
+    blob = strata.compress(a, abs_error=1e-2)
+    for big, message in (((1 << 56) - 1, "longer than the mask payload"), ((1 << 63) - 1, "malformed mask chunk")):
+        root = fz.parse_lossy(blob)
+        level = _finest_level(root)
+        mchunks, lengths = level.items[2].items, level.items[1].items[0].items[1]
+        assert len(mchunks) >= 3
+        total = len(fz.serialize(level.items[2]))
+        rest = len(mchunks) - 3  # (chunks of 1 byte after the first three)
+        lengths.items = [fz.F("varint", v, "") for v in [big, big, total + 2 - rest] + [1] * rest]
+        lengths.auto = None
+        with pytest.raises(CorruptStreamError, match=message):
+            strata.decompress(fz.serialize(root))
 
 
 def test_fixed_exact_positions_cannot_wrap_around():

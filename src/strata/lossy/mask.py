@@ -406,7 +406,7 @@ def parse_index(index_bytes, payload_len: int, n_chunks_expected: int) -> tuple[
         raise CorruptStreamError("truncated or malformed mask chunk lengths")
     if np.any(lens < 1):
         raise CorruptStreamError("empty mask chunk")
-    if np.any(lens > payload_len):  # (a sum of lengths up to 2**63 could wrap around to it)
+    if np.any(lens > payload_len):  # (no sum of lengths can then wrap around to it)
         raise CorruptStreamError(f"a mask chunk is longer than the mask payload ({payload_len} bytes)")
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])

@@ -153,6 +153,7 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
         codes = whole
     else:
         predict_all(orig, miss, part, header, work, codes)
+    work = None  # (not held while the levels are coded: the peak memory of a compression)
     report(2, stages)
     sections = []
     exact_section = exact.section(a.reshape(-1), prep.exact)

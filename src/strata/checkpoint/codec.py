@@ -106,7 +106,7 @@ def crc32c(data) -> int:
 
 def _encode_chunk(chunk: np.ndarray, itemsize: int, rotate: bool) -> bytes:
     n = chunk.size // itemsize
-    out = np.empty(itemsize * (bytecoder.max_record_bytes(n) + 10), np.uint8)
+    out = _scratch(itemsize * (bytecoder.max_record_bytes(n) + 10), "encode")
     return out[:_encode_chunk_into(chunk, itemsize, rotate, out)].tobytes()
 
 
@@ -184,13 +184,15 @@ def _decode_chunk_into(buf, pos, end, itemsize, rotate, scratch, out):
 _SCRATCH = threading.local()
 
 
-def _scratch(n: int) -> np.ndarray:
-    """This thread's scratch for entropy-coded planes (at least ``n`` bytes), kept between
-    chunks: a fresh one per chunk made the kernel map and zero new pages every time (up to
-    2 ns a byte of system time once encoding had churned the heap)."""
-    s = getattr(_SCRATCH, "buf", None)
+def _scratch(n: int, use: str = "decode") -> np.ndarray:
+    """This thread's scratch for ``use`` (at least ``n`` bytes): entropy-coded planes of a
+    decoded chunk, or the record of an encoded one, kept between chunks: a fresh one per
+    chunk made the kernel map and zero new pages every time (up to 2 ns a byte of system time
+    once encoding had churned the heap; encoding bf16 snapshot chunks 1.40 -> 1.02 ns a byte)."""
+    s = getattr(_SCRATCH, use, None)
     if s is None or s.size < n:
-        s = _SCRATCH.buf = np.empty(n, np.uint8)
+        s = np.empty(n, np.uint8)
+        setattr(_SCRATCH, use, s)
     return s
 
 

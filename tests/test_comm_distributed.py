@@ -44,9 +44,17 @@ def _entry(rank: int, fn, world: int, rdzv: str, args: tuple) -> None:
                             timeout=timedelta(seconds=60))
     try:
         fn(rank, world, *args)
-        # every rank done before any tears the group down: gloo aborts (SIGABRT, "terminate called
-        # without an active exception") a rank still inside a collective when its peer leaves
+        # every rank out of its last collective before any tears the group down: gloo aborts
+        # (SIGABRT, "terminate called without an active exception") a rank whose peer closed its
+        # sockets while it still finished a collective, a barrier included; so after the barrier
+        # the ranks meet again through files
         dist.barrier()
+        done = os.path.join(os.path.dirname(rdzv), "done.{}")
+        open(done.format(rank), "w").close()
+        deadline = time.monotonic() + 60
+        while (not all(os.path.exists(done.format(r)) for r in range(world))
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
     finally:
         dist.destroy_process_group()
 

@@ -420,9 +420,10 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
         return pos + 1 + n
     order0 = c0 <= cp
     counts = h0 if order0 else hp
-    freq = tables.normalize(tables.approx_value(tables.approx_code(counts)))
+    codes = tables.approx_code(counts)
+    freq = tables.normalize(tables.approx_value(codes))
     tab = np.empty(counts.shape[0] * (counts.shape[1] + 8), np.uint8)
-    tlen = tables.serialize_into(tables.approx_code(counts), tab)
+    tlen = tables.serialize_into(codes, tab)
     buf = np.empty(2 * n + 48, np.uint8)
     enc = rans.encoder_table(freq)
     flat = enc.ravel()

@@ -269,15 +269,3 @@ def bits_refill(acc, nacc, buf, pos, end):
         nacc += 32
         pos += 4
     return acc, nacc, pos
-
-
-@njit(inline="always")
-def bits_get(acc, nacc, buf, pos, end, nbits):
-    """Read ``nbits`` (<= 32) raw bits; returns ``(value, acc, nacc, pos)``."""
-    while nacc < nbits:
-        b = buf[np.uint64(pos)] if pos < end else 0
-        pos += 1
-        acc |= b << nacc
-        nacc += 8
-    value = acc & ((1 << nbits) - 1)
-    return value, acc >> nbits, nacc - nbits, pos

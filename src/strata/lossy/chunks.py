@@ -437,6 +437,18 @@ def _put(flat, sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, ou
     return _put_code(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, out_bytes, itemsize)
 
 
+@njit(inline="always")
+def _row_start(g, a, b, p0, p1):
+    """Row ``(a, b)`` of the chunk ``g`` (:data:`ChunkBox`): ``(f, st, p, idx, step)``, its first
+    index and step along axis 2 (:func:`level_row`; ``st`` 0: no point of the level), the first
+    point's place in the chunk's magnitude grid (planes ``p0``, rows ``p1`` apart) and in the
+    arrays, and the arrays' step between its points."""
+    f, st = level_row(g.lo0 + a, g.lo1 + b, g.lo2, g.r0, g.r1, g.r2, g.base)
+    p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - g.lo2))
+    idx = np.uint64((g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1 + f * g.d2)
+    return f, st, p, idx, np.uint64(st * g.d2)
+
+
 @njit(nogil=True, _nrt=False)
 def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_bytes, itemsize, g):
     """Decode a :data:`CODER_SERIAL` chunk (box ``g``, sections ``sec``): its symbols in raster
@@ -469,12 +481,9 @@ def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_
     top = np.uint8(0)
     for a in range(g.h0):
         for b in range(g.h1):
-            f, st = level_row(g.lo0 + a, g.lo1 + b, g.lo2, g.r0, g.r1, g.r2, g.base)
+            f, st, p, idx, step = _row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
-            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - g.lo2))
-            idx = np.uint64((g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1 + f * g.d2)
-            step = np.uint64(st * g.d2)
             if has_missing:
                 # the general loop, skipping missing points (the two below assume none)
                 for _ in range(f, g.lo2 + g.h2, st):
@@ -554,14 +563,11 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
     top = np.uint8(0)
     for a in range(g.h0):
         for b in range(g.h1):
-            f, st = level_row(g.lo0 + a, g.lo1 + b, g.lo2, g.r0, g.r1, g.r2, g.base)
+            f, st, p, idx, step = _row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
-            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - g.lo2))
             ust = np.uint64(st)
             third = up1 - np.uint64(1) if st == 1 else np.uint64(1)
-            idx = np.uint64((g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1 + f * g.d2)
-            step = np.uint64(st * g.d2)
             n = 0
             if has_missing:
                 for _ in range(f, g.lo2 + g.h2, st):
@@ -626,8 +632,7 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
                     sym = row[np.uint64(i)]
                     top = max(top, sym)
                     mags[p + np.uint64(i) * ust] = (sym > 0) + (sym > 2)
-                idx = np.uint64((g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1 + f * g.d2)
-                for i in range(n):
+                for i in range(n):  # (idx is still the row's first point: the context loop kept it)
                     acc, nacc, x_pos, u_pos = _put(dense, row[np.uint64(i)], idx, codes, payload, acc, nacc, x_pos,
                                                         x_end, u_pos, end, out_bytes, itemsize)
                     idx += step

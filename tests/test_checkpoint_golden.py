@@ -51,7 +51,7 @@ def test_golden_checkpoints_present():
         assert set(expect["files"]) == set(gen.names(v)[:2])
         for name in expect["files"]:
             data = (GOLDEN / name).read_bytes()
-            assert data[4] == v and 1000 < len(data) < 8000
+            assert data[4] == v and 1000 < len(data) < 32000
 
 
 def _records(path: Path):
@@ -90,14 +90,16 @@ def _plane_models(rec: bytes) -> set[int]:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_golden_checkpoint_checksums_and_models_follow_the_version(version):
     """Version 2 records: zlib CRC-32s, four rANS states; version 3: CRC-32C (the header's
-    ``crc`` is the one the record's head carries), eight states on long order-0 planes."""
+    ``crc`` is the one the record's head carries), eight states on long order-0 planes;
+    version 4: the same checks, 32 states on long order-0 planes."""
     models = set()
     for name in gen.names(version)[:2]:
         for m, rec in _records(GOLDEN / name):
             assert codec.info(rec)["crc32c"] == (version >= 3)
             assert m["crc"] == (codec.crc32(rec) if version < 3 else codec.head_checksum(rec))
             models |= _plane_models(rec)
-    assert (bytecoder.ORDER0_8 in models) == (version >= 3)
+    assert (bytecoder.ORDER0_8 in models) == (version == 3)
+    assert (bytecoder.ORDER0_32 in models) == (version >= 4)
 
 
 @pytest.mark.parametrize("version, name", CASES)
@@ -115,7 +117,7 @@ def test_golden_delta_needs_its_base(tmp_path, version):
     full, delta, _ = gen.names(version)
     h = ck.io.header(GOLDEN / delta)
     assert h["base"] == {"file": full, "id": gen.IDS[0]}
-    assert [m["delta"] for m in h["segments"]] == [True] * (4 + (version >= 3)) + [False]
+    assert [m["delta"] for m in h["segments"]] == [True] * (4 + (version >= 3) + (version >= 4)) + [False]
     shutil.copy(GOLDEN / delta, tmp_path / delta)
     with pytest.raises(FormatError, match="missing"):
         ck.load(tmp_path / delta)

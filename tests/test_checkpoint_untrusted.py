@@ -566,10 +566,11 @@ def test_dcp_item_sizes_are_enforced():
     for item, err, msg in cases:
         with pytest.raises(err, match=msg):
             t.transform_from(item)
-    assert t.get_descriptor() == "stream.strata/2"
+    assert t.get_descriptor() == "stream.strata/3"
     StrataTransform.from_descriptor("1")  # items written before format version 3
+    StrataTransform.from_descriptor("2")  # format version 3
     with pytest.raises(FormatError):
-        StrataTransform.from_descriptor("3")
+        StrataTransform.from_descriptor("4")
 
 
 @pytest.mark.timeout(120)

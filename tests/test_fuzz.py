@@ -91,6 +91,20 @@ def test_enhancement_sections_and_field_sets_are_parsed_field_by_field(bases):
     assert [b"", b"v", b"w"] in inputs  # a cross-field network naming the other fields
 
 
+def test_checkpoint_bases_hold_every_plane_model_written_now(bases):
+    """Mutations reach each decoder of the byte planes a checkpoint of this version holds:
+    raw, order-0 (4 and 32 states: the SIMD kernels), previous-byte, constant, split."""
+    models = set()
+    for b in fz.load_bases(bases):
+        if b.kind == "checkpoint":
+            root = fz.parse((bases / b.file).read_bytes(), b.kind)
+            models |= {n.value for n, _, _ in fz.walk(root) if isinstance(n, fz.F) and n.cat == "plane: model byte"}
+    from strata.entropy import bytecoder
+
+    assert {bytecoder.RAW, bytecoder.ORDER0, bytecoder.ORDER0_32, bytecoder.PREV, bytecoder.CONST,
+            bytecoder.SPLIT} <= models
+
+
 def test_mutations_keep_checksums_valid(bases):
     """A mutated stream is not refused for a checksum alone: its header CRC (and, for a lossy
     stream, its section CRCs, the enhancement section's too; for a field set, every embedded

@@ -31,10 +31,11 @@ from .errors import CorruptStreamError, FormatError, ResourceLimitError, Truncat
 
 MAGIC = b"STRA"
 #: Version written. Version 3 (strata 0.4): lossy levels coded with interleaved rANS states and
-#: contexts off the decoder's serial chain; checkpoint segments checked with CRC-32C.
-FORMAT_VERSION = 3
+#: contexts off the decoder's serial chain; checkpoint segments checked with CRC-32C. Version 4
+#: (strata 0.5): checkpoint byte planes with 32 rANS states (SIMD decoding); lossy streams as in 3.
+FORMAT_VERSION = 4
 #: Versions read (docs/format.md, "Versions").
-READABLE_VERSIONS = (2, 3)
+READABLE_VERSIONS = (2, 3, 4)
 KIND_LOSSY = 1
 KIND_CHECKPOINT = 2
 #: Several lossy streams of one snapshot (:mod:`strata.enhance.fields`).

@@ -5,10 +5,11 @@ DCP writes every item of a (sharded, multi-rank) checkpoint through a chain of
 marked experimental by PyTorch). :class:`StrataTransform` codes each item's bytes with
 :mod:`strata.checkpoint.codec` -- the element layout guessed from samples, since DCP hands
 over serialized tensors without their dtype -- and records the descriptor
-``stream.strata/2`` in the checkpoint metadata, so a reader with the extension registered
-decodes it transparently. Descriptor 2: the items are segment records of format version 3
-(CRC-32C checksums, which a strata of version 2 cannot read and refuses by the descriptor);
-items of descriptor 1 (version-2 records) are read too.
+``stream.strata/3`` in the checkpoint metadata, so a reader with the extension registered
+decodes it transparently. Descriptor 3: the items are segment records of format version 4
+(byte planes with 32 rANS states, which a strata of version 3 cannot read and refuses by the
+descriptor); items of descriptors 2 (version 3: CRC-32C checksums, eight-state planes) and 1
+(version-2 records) are read too.
 
 Usage (every rank)::
 
@@ -80,12 +81,12 @@ class StrataTransform(StreamTransformExtension):
 
     @staticmethod
     def from_descriptor(version: str) -> StrataTransform:
-        if version.partition(".")[0] not in ("1", "2"):
+        if version.partition(".")[0] not in ("1", "2", "3"):
             raise FormatError(f"unknown stream.strata version {version!r}")
         return StrataTransform()
 
     def get_descriptor(self) -> str:
-        return f"{self.registry_name()}/2"
+        return f"{self.registry_name()}/3"
 
     def transform_to(self, output: IO[bytes]) -> IO[bytes]:
         return _Writer(output)

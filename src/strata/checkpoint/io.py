@@ -16,7 +16,7 @@ base's segment of the same tensors (same names, shapes and dtype), whose file si
 folder; loading a delta follows its chain of bases. Files are written atomically.
 
 A segment's ``crc`` depends on the file's format version (``docs/format.md``, section 5): in
-version 3 (written now) it is the CRC-32C its record's head carries -- the record checks its
+versions 3 and 4 (written now) it is the CRC-32C its record's head carries -- the record checks its
 head and each chunk itself, so its bytes are read once; in version 2 it is the zlib CRC-32 of
 the whole record, checked before decoding.
 

@@ -8,14 +8,14 @@
   bytes).
 
 Both use four interleaved states (byte ``k`` uses state ``k mod 4``), so that decoding runs
-four dependency chains side by side. ``ORDER0_8`` is ``ORDER0`` with eight states (byte ``k``
-uses state ``k mod 8``), decoded with one packed table entry per slot
-(:func:`strata.entropy.tables.packed_decode_table`): on an exponent plane it decodes about 1.4x
-as fast as ``ORDER0`` (0.9 against 1.3 ns a byte, one core of an AMD EPYC) for 16 more bytes
-of final states. Encoders ask for it (``wide=True``, checkpoint segment records of format
-version 3) and get it for strings of at least ``WIDE_MIN_BYTES``; ``PREV`` keeps four states
-(its decoder's chain runs through every symbol's table choice, which more states do not
-shorten). Every model decodes wherever it appears.
+four dependency chains side by side. ``ORDER0_32`` is ``ORDER0`` with thirty-two states (byte
+``k`` uses state ``k mod 32``), decoded in SIMD registers (:mod:`strata.entropy.rans32`): on an
+exponent plane about 3x as fast as ``ORDER0_8`` (eight scalar states, written by format version
+3 and still read) for 112 more bytes of final states than ``ORDER0``'s. Encoders ask for it
+(``wide=True``, checkpoint segment records of format version 4) and get it for strings of at
+least ``WIDE_MIN_BYTES``; ``PREV`` keeps four states (its decoder's chain runs through every
+symbol's table choice, which more states do not shorten). Every model decodes wherever it
+appears.
 
 The encoder histograms the bytes under both models, estimates each coded size (tables
 included) and keeps the smallest, unless it saves less than ``MIN_GAIN`` of the raw size, in
@@ -42,9 +42,9 @@ from numba import njit
 
 from .. import varint
 from ..errors import CorruptStreamError
-from . import rans, tables
+from . import rans, rans32, tables
 
-RAW, ORDER0, PREV, CONST, SPLIT, ORDER0_8 = 0, 1, 2, 3, 4, 5
+RAW, ORDER0, PREV, CONST, SPLIT, ORDER0_8, ORDER0_32 = 0, 1, 2, 3, 4, 5, 6
 #: Coding must save at least this fraction of the raw size.
 MIN_GAIN = 0.01
 #: Bytes sampled to store a long near-uniform string raw without a full histogram.
@@ -53,10 +53,14 @@ SAMPLE_BYTES = 1 << 16
 #: the table length (estimates that leave them out pick a coded model for a few bytes that
 #: stored raw are smaller).
 _STATE_BITS = 8.0 * (4 * rans.STATE_BYTES + 1)
-#: Fewest bytes a string needs for ``ORDER0_8`` (its four extra states cost 16 bytes).
+#: Fewest bytes a string needs for ``ORDER0_32`` (its 28 extra states cost 112 bytes).
 WIDE_MIN_BYTES = 1 << 16
-_WIDE_STATE_BITS = _STATE_BITS + 8.0 * 4 * rans.STATE_BYTES
+_WIDE_STATE_BITS = _STATE_BITS + 8.0 * (rans32.LANES - 4) * rans.STATE_BYTES
 _SLOT_MASK = tables.SCALE - 1
+#: ``PREV`` is taken only where it saves this fraction of the order-0 estimate: its decoder is
+#: scalar and serial (1.5-2 ns a byte), ``ORDER0_32``'s vectorized (about 0.5), and on exponent
+#: planes the two models often code within a fraction of a percent of each other.
+PREV_MIN_GAIN = 0.01
 #: Parts of a split string, and the fewest bytes per part.
 SPLIT_PARTS = 4
 MIN_PART_BYTES = 1 << 14
@@ -216,40 +220,6 @@ _encode_prev, _decode_prev = _interleaved_coders(False)
 
 
 @njit(inline="always")
-def _put0(state, buf, pos, flat, data, k):
-    return rans.encode_put_select(state, buf, pos, flat, rans.encoder_offset(0, data[np.uint64(k)], 256))
-
-
-@njit(nogil=True, cache=True, _nrt=False)
-def _encode_order0_8(data, flat, st, buf):
-    """``ORDER0_8``: code ``data`` backwards into the end of ``buf`` (``2 n + 48`` bytes) with
-    eight interleaved states (state ``k & 7`` codes byte ``k``; ``st``: int64 scratch of 8);
-    returns the start of the coded bytes (the eight final states first, state 0 first)."""
-    for j in range(8):
-        st[j] = rans.RANS_L
-    pos = buf.shape[0]
-    k = data.shape[0] - 1
-    while k >= 0 and (k & 7) != 7:  # the last n % 8 bytes first, each with its own state
-        st[k & 7], pos = _put0(st[k & 7], buf, pos, flat, data, k)
-        k -= 1
-    s0, s1, s2, s3, s4, s5, s6, s7 = st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7]
-    while k >= 7:  # then whole groups of eight, states 7 .. 0
-        s7, pos = _put0(s7, buf, pos, flat, data, k)
-        s6, pos = _put0(s6, buf, pos, flat, data, k - 1)
-        s5, pos = _put0(s5, buf, pos, flat, data, k - 2)
-        s4, pos = _put0(s4, buf, pos, flat, data, k - 3)
-        s3, pos = _put0(s3, buf, pos, flat, data, k - 4)
-        s2, pos = _put0(s2, buf, pos, flat, data, k - 5)
-        s1, pos = _put0(s1, buf, pos, flat, data, k - 6)
-        s0, pos = _put0(s0, buf, pos, flat, data, k - 7)
-        k -= 8
-    st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7] = s0, s1, s2, s3, s4, s5, s6, s7
-    for j in range(7, -1, -1):
-        pos = rans.encode_flush(st[j], buf, pos)
-    return pos
-
-
-@njit(inline="always")
 def _get0(state, tab, payload, pos):
     """One symbol of ``state`` from the packed table ``tab``, renormalizing unchecked from
     ``payload[pos:pos + 2]``; returns ``(symbol, state, pos)``."""
@@ -346,7 +316,7 @@ def _recontext(hp, data, k):
 
 @njit(inline="always")
 def _wide_bits(n, wide):
-    """Bits that ``ORDER0_8`` adds to an order-0 record of ``n`` bytes (0 where it is not used)."""
+    """Bits that ``ORDER0_32`` adds to an order-0 record of ``n`` bytes (0 where it is not used)."""
     return _WIDE_STATE_BITS - _STATE_BITS if wide and n >= WIDE_MIN_BYTES else 0.0
 
 
@@ -358,7 +328,7 @@ def encode_into(data, out, pos, wide=False):
     A string of at least ``SPLIT_PARTS * MIN_PART_BYTES`` bytes is stored as ``SPLIT_PARTS``
     records of its equal parts when their estimated sizes add up to less than the whole's.
     ``wide``: order-0 records (the whole's, or a part's) of at least ``WIDE_MIN_BYTES`` bytes
-    are ``ORDER0_8``, their 16 extra bytes counted in the choice."""
+    are ``ORDER0_32``, their 112 extra bytes counted in the choice."""
     n = data.shape[0]
     if n >= 4 * SAMPLE_BYTES and _sample_is_noise(data):
         out[pos] = RAW
@@ -418,21 +388,21 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
         out[pos] = RAW
         copy_into(out[pos + 1:], data)
         return pos + 1 + n
-    order0 = c0 <= cp
+    order0 = cp > (1 - PREV_MIN_GAIN) * c0
     counts = h0 if order0 else hp
     codes = tables.approx_code(counts)
     freq = tables.normalize(tables.approx_value(codes))
     tab = np.empty(counts.shape[0] * (counts.shape[1] + 8), np.uint8)
     tlen = tables.serialize_into(codes, tab)
-    buf = np.empty(2 * n + 48, np.uint8)
+    buf = np.empty(2 * n + rans32.STATE_BYTES + 16, np.uint8)
     enc = rans.encoder_table(freq)
     flat = enc.ravel()
-    eight = order0 and _wide_bits(n, wide) > 0
-    if eight:
-        start = _encode_order0_8(data, flat, np.empty(8, np.int64), buf)
+    lanes32 = order0 and _wide_bits(n, wide) > 0
+    if lanes32:
+        start = rans32.encode(data, flat, np.empty(rans32.LANES, np.int64), buf)
     else:
         start = _encode_order0(data, flat, buf) if order0 else _encode_prev(data, flat, buf)
-    out[pos] = ORDER0_8 if eight else (ORDER0 if order0 else PREV)
+    out[pos] = ORDER0_32 if lanes32 else (ORDER0 if order0 else PREV)
     p = varint.put(out, pos + 1, tlen)
     copy_into(out[p:], tab[:tlen])
     p += tlen
@@ -490,7 +460,7 @@ def _decode_simple(buf, pos, end, out):
             return 3
         out[:] = buf[pos + 1]
         return 0
-    if model != ORDER0 and model != PREV and model != ORDER0_8:
+    if model != ORDER0 and model != PREV and model != ORDER0_8 and model != ORDER0_32:
         return 4
     tlen, p = varint.get(buf, pos + 1, end)
     if tlen < 0 or p + tlen > end:
@@ -508,6 +478,10 @@ def _decode_simple(buf, pos, end, out):
     if model == ORDER0_8:
         ok = _decode_order0_8(buf, p + tlen, end, tables.packed_decode_table(freq), np.empty(8, np.int64), out)
         return 0 if ok else 7
+    if model == ORDER0_32:
+        q = p + tlen
+        tab = tables.packed_decode_table(freq)
+        return 7 if rans32.decode(buf.ctypes.data + q, end - q, tab.ctypes.data, out.ctypes.data, n) else 0
     symbols, info = tables.split_decode_tables(freq, np.arange(n_tables))
     ok = (_decode_order0(buf, p + tlen, end, symbols, info, out) if model == ORDER0
           else _decode_prev(buf, p + tlen, end, symbols, info, out))

@@ -1,6 +1,7 @@
-"""The 32-state order-0 rANS decoders (strata.entropy.rans32: the C extension's scalar, AVX2 and
-AVX-512 kernels, and the numba reference): the same bytes and verdicts on valid and hostile
-streams, no read outside the stream, and the extension built by the install."""
+"""The 32-state order-0 rANS coder (strata.entropy.rans32): the C extension's decoders (scalar,
+AVX2, AVX-512) and the numba reference give the same bytes and verdicts on valid and hostile
+streams and read nothing outside the stream; its AVX-512 encoder writes the numba encoder's
+bytes; the extension is built by the install."""
 from __future__ import annotations
 
 import ctypes
@@ -15,6 +16,7 @@ from strata.entropy import bytecoder, rans, rans32, tables
 _PROTO = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                           ctypes.c_int64)
 KERNELS = rans32.kernels()
+ENCODERS = rans32.encoders()
 
 
 def _call(name: str, src, n: int, tab: np.ndarray) -> tuple[int, np.ndarray]:
@@ -25,10 +27,15 @@ def _call(name: str, src, n: int, tab: np.ndarray) -> tuple[int, np.ndarray]:
     return status, out[:n]
 
 
+def _freq(x: np.ndarray) -> np.ndarray:
+    """The normalized order-0 table a record of ``x`` carries."""
+    h0, _ = bytecoder._histograms(x)
+    return tables.normalize(tables.approx_value(tables.approx_code(h0)))
+
+
 def _stream(x: np.ndarray, lanes: int = rans32.LANES) -> tuple[np.ndarray, np.ndarray]:
     """(the coded stream of ``x``, the packed decode table of its order-0 table)."""
-    h0, _ = bytecoder._histograms(x)
-    freq = tables.normalize(tables.approx_value(tables.approx_code(h0)))
+    freq = _freq(x)
     buf = np.empty(2 * x.size + 4 * lanes + 16, np.uint8)
     start = rans32.encode(x, rans.encoder_table(freq).ravel(), np.empty(lanes, np.int64), buf)
     return buf[start:].copy(), tables.packed_decode_table(freq)
@@ -117,3 +124,25 @@ def test_records_decode_through_the_bound_kernel():
     rec = bytecoder.encode(x, wide=True)
     assert rec[0] in (bytecoder.ORDER0_32, bytecoder.SPLIT)
     assert np.array_equal(bytecoder.decode(rec, x.size), x)
+
+
+@pytest.mark.parametrize("n", [1, 5, 31, 32, 33, 1000, 65536 + 37])
+@pytest.mark.parametrize("symbols", [1, 2, 40, 64, 65, 200])
+def test_vectorized_encoder_writes_the_reference_bytes(n, symbols):
+    """Byte for byte the numba encoder's stream for tables of up to 64 symbols (the rank
+    permutes); it declines (-1) for more, and the caller then codes with the numba encoder."""
+    if "avx512" not in ENCODERS:
+        pytest.skip("no AVX-512 encoder on this CPU")
+    rng = np.random.default_rng(n * symbols)
+    x = (rng.zipf(1.3, n) % symbols).astype(np.uint8) * np.uint8(255 // max(symbols - 1, 1))
+    x[: min(n, symbols)] = (np.arange(min(n, symbols)) * (255 // max(symbols - 1, 1))).astype(np.uint8)
+    flat = rans.encoder_table(_freq(x)).ravel()
+    want_buf, got_buf = np.zeros(2 * n + 200, np.uint8), np.full(2 * n + 200, 7, np.uint8)
+    want = rans32.encode(x, flat, np.empty(rans32.LANES, np.int64), want_buf)
+    got = _PROTO(ENCODERS["avx512"])(x.ctypes.data, n, flat.ctypes.data, got_buf.ctypes.data, got_buf.size)
+    used = len(np.unique(x))
+    if used > 64:
+        assert got == -1
+    else:
+        assert got == want and np.array_equal(got_buf[got:], want_buf[want:])
+        assert (got_buf[:got] == 7).all()  # nothing written before the coded bytes

@@ -20,6 +20,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -36,8 +37,6 @@
 #define BIAS_SHIFT (8 + SCALE_BITS)
 /* Most bytes one round of 32 symbols reads (a word each), plus the widest load past them. */
 #define ROUND_BYTES (2 * LANES + 32)
-
-typedef int64_t (*decode_fn)(const uint8_t *, int64_t, const uint32_t *, uint8_t *, int64_t);
 
 static inline uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -161,24 +160,137 @@ static int64_t decode_avx512(const uint8_t *src, int64_t len, const uint32_t *ta
 }
 #endif
 
-static PyObject *kernels(PyObject *self, PyObject *args) {
-    (void)self;
-    (void)args;
+
+/* ------------------------------------------------------------------------------- encoder
+ * The vectorized inverse of the decoders, for tables of at most 64 symbols (exponent planes):
+ * 32 states side by side, each symbol's constants found by permutes (no gathers) in tables
+ * indexed by the symbol's rank among the table's symbols. The scalar encoder (numba,
+ * strata.entropy.rans32.encode) walks the bytes backwards and writes words backwards, state 31
+ * of a round first; here each round appends its words to a scratch in that same order (lanes
+ * 31 .. 0), and the scratch is reversed word by word at the end: the same stream, byte for byte.
+ */
+#define ENC_FIELDS 5
+
+/* Push byte s into state x the scalar way (rans.encode_put_fast); a word, if any, to w. */
+static inline uint32_t push_scalar(uint32_t x, const int64_t *e, uint16_t *w, int64_t *nw) {
+    if (x >= (uint32_t)e[0]) {
+        w[(*nw)++] = (uint16_t)x;
+        x >>= 16;
+    }
+    uint32_t q = (uint32_t)(((uint64_t)x * (uint64_t)e[1]) >> 32) >> e[2];
+    return x + (uint32_t)e[3] + q * (uint32_t)e[4];
+}
+
+/* States and reversed words into the end of buf (cap bytes); returns where they start. */
+static int64_t finish_encode(const uint32_t *st, const uint16_t *w, int64_t nw, uint8_t *buf, int64_t cap) {
+    int64_t start = cap - 2 * nw - 4 * LANES;
+    uint8_t *p = buf + start;
+    for (int j = 0; j < LANES; j++) {
+        p[4 * j] = (uint8_t)st[j];
+        p[4 * j + 1] = (uint8_t)(st[j] >> 8);
+        p[4 * j + 2] = (uint8_t)(st[j] >> 16);
+        p[4 * j + 3] = (uint8_t)(st[j] >> 24);
+    }
+    p += 4 * LANES;
+    for (int64_t i = 0; i < nw; i++) {
+        uint16_t v = w[nw - 1 - i];
+        p[2 * i] = (uint8_t)v;
+        p[2 * i + 1] = (uint8_t)(v >> 8);
+    }
+    return start;
+}
+
+#ifdef STRATA_X86
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,popcnt")))
+static int64_t encode_avx512(const uint8_t *data, int64_t n, const int64_t *enc, uint8_t *buf, int64_t cap) {
+    /* the table's symbols by rank: packed f | bias << 12 | shift << 24, and the reciprocals */
+    uint8_t rank[256];
+    uint32_t packed[64], rcp[64];
+    int used = 0;
+    memset(packed, 0, sizeof packed);
+    memset(rcp, 0, sizeof rcp);
+    for (int s = 0; s < 256; s++) {
+        const int64_t *e = enc + ENC_FIELDS * s;
+        int64_t f = (1 << SCALE_BITS) - e[4];
+        rank[s] = 0;
+        if (f <= 0) continue;
+        if (used == 64 || e[0] != (int64_t)f << 20 || e[3] >= 4096 || e[2] > 15 || e[1] > 0xFFFFFFFFLL) return -1;
+        rank[s] = (uint8_t)used;
+        packed[used] = (uint32_t)f | (uint32_t)e[3] << 12 | (uint32_t)e[2] << 24;
+        rcp[used++] = (uint32_t)e[1];
+    }
+    if (2 * n + 4 * LANES > cap) return -1;
+    uint16_t *w = (uint16_t *)malloc((size_t)(n + 64) * sizeof(uint16_t));
+    if (w == NULL) return -1;
+    uint32_t st[LANES];
+    for (int j = 0; j < LANES; j++) st[j] = RANS_L;
+    int64_t nw = 0, k = n;
+    while (k % LANES) {  /* the last n % 32 bytes first, one at a time */
+        k--;
+        st[k % LANES] = push_scalar(st[k % LANES], enc + ENC_FIELDS * data[k], w, &nw);
+    }
+    const __m512i r0 = _mm512_loadu_si512(rank), r1 = _mm512_loadu_si512(rank + 64);
+    const __m512i r2 = _mm512_loadu_si512(rank + 128), r3 = _mm512_loadu_si512(rank + 192);
+    const __m512i p0 = _mm512_loadu_si512(packed), p1 = _mm512_loadu_si512(packed + 16);
+    const __m512i p2 = _mm512_loadu_si512(packed + 32), p3 = _mm512_loadu_si512(packed + 48);
+    const __m512i c0 = _mm512_loadu_si512(rcp), c1 = _mm512_loadu_si512(rcp + 16);
+    const __m512i c2 = _mm512_loadu_si512(rcp + 32), c3 = _mm512_loadu_si512(rcp + 48);
+    const __m512i m12 = _mm512_set1_epi32(0xFFF), scale = _mm512_set1_epi32(1 << SCALE_BITS);
+    const __m512i b32 = _mm512_set1_epi32(32);
+    const __m512i rev16 = _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m256i rev32 = _mm256_setr_epi8(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                           15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    /* vector lane i holds state 31 - i (x[0]) and 15 - i (x[1]): lane order is the words' order */
+    __m512i x[2] = {_mm512_permutexvar_epi32(rev16, _mm512_loadu_si512(st + 16)),
+                    _mm512_permutexvar_epi32(rev16, _mm512_loadu_si512(st))};
+    while (k > 0) {
+        k -= LANES;
+        __m512i v = _mm512_castsi256_si512(
+            _mm256_permutexvar_epi8(rev32, _mm256_loadu_si256((const __m256i *)(data + k))));
+        __m512i lo = _mm512_permutex2var_epi8(r0, v, r1), hi = _mm512_permutex2var_epi8(r2, v, r3);
+        __m512i rk = _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi);
+        for (int g = 0; g < 2; g++) {
+            __m512i c = _mm512_cvtepu8_epi32(g ? _mm512_extracti32x4_epi32(rk, 1) : _mm512_castsi512_si128(rk));
+            __mmask16 upper = _mm512_test_epi32_mask(c, b32);
+            __m512i pk = _mm512_mask_blend_epi32(upper, _mm512_permutex2var_epi32(p0, c, p1),
+                                                 _mm512_permutex2var_epi32(p2, c, p3));
+            __m512i rc = _mm512_mask_blend_epi32(upper, _mm512_permutex2var_epi32(c0, c, c1),
+                                                 _mm512_permutex2var_epi32(c2, c, c3));
+            __m512i f = _mm512_and_si512(pk, m12);
+            __m512i bias = _mm512_and_si512(_mm512_srli_epi32(pk, 12), m12);
+            __m512i shift = _mm512_srli_epi32(pk, 24);
+            __m512i y = x[g];
+            __mmask16 need = _mm512_cmpge_epu32_mask(y, _mm512_slli_epi32(f, 20));
+            _mm256_storeu_si256((__m256i *)(w + nw), _mm256_maskz_compress_epi16(need, _mm512_cvtepi32_epi16(y)));
+            nw += __builtin_popcount((unsigned)need);
+            y = _mm512_mask_srli_epi32(y, need, y, 16);
+            __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(y, rc), 32);
+            __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(y, 32), _mm512_srli_epi64(rc, 32));
+            __m512i q = _mm512_srlv_epi32(_mm512_mask_blend_epi32(0xAAAA, even, odd), shift);
+            x[g] = _mm512_add_epi32(_mm512_add_epi32(y, bias), _mm512_mullo_epi32(q, _mm512_sub_epi32(scale, f)));
+        }
+    }
+    _mm512_storeu_si512(st + 16, _mm512_permutexvar_epi32(rev16, x[0]));
+    _mm512_storeu_si512(st, _mm512_permutexvar_epi32(rev16, x[1]));
+    int64_t start = finish_encode(st, w, nw, buf, cap);
+    free(w);
+    return start;
+}
+#endif
+
+struct kernel {
+    const char *name;
+    void *fn;
+    int ok;
+};
+
+/* {name: address} of the kernels whose flag is set. */
+static PyObject *table(const struct kernel *ks, int n) {
     PyObject *d = PyDict_New();
     if (d == NULL) return NULL;
-    struct { const char *name; decode_fn fn; int ok; } ks[3];
-    int n = 0;
-    ks[n].name = "scalar"; ks[n].fn = decode_scalar; ks[n++].ok = 1;
-#ifdef STRATA_X86
-    __builtin_cpu_init();
-    ks[n].name = "avx2"; ks[n].fn = decode_avx2; ks[n++].ok = __builtin_cpu_supports("avx2");
-    ks[n].name = "avx512"; ks[n].fn = decode_avx512;
-    ks[n++].ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-                 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2");
-#endif
     for (int i = 0; i < n; i++) {
         if (!ks[i].ok) continue;
-        PyObject *a = PyLong_FromVoidPtr((void *)ks[i].fn);
+        PyObject *a = PyLong_FromVoidPtr(ks[i].fn);
         if (a == NULL || PyDict_SetItemString(d, ks[i].name, a) < 0) {
             Py_XDECREF(a);
             Py_DECREF(d);
@@ -189,11 +301,54 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     return d;
 }
 
+static int has_avx512(int vbmi) {
+#ifdef STRATA_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+           && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2")
+           && (!vbmi || __builtin_cpu_supports("avx512vbmi"));
+#else
+    (void)vbmi;
+    return 0;
+#endif
+}
+
+static PyObject *kernels(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+#ifdef STRATA_X86
+    __builtin_cpu_init();
+    struct kernel ks[] = {{"scalar", (void *)decode_scalar, 1},
+                          {"avx2", (void *)decode_avx2, __builtin_cpu_supports("avx2")},
+                          {"avx512", (void *)decode_avx512, has_avx512(0)}};
+    return table(ks, 3);
+#else
+    struct kernel ks[] = {{"scalar", (void *)decode_scalar, 1}};
+    return table(ks, 1);
+#endif
+}
+
+static PyObject *encoders(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+#ifdef STRATA_X86
+    struct kernel ks[] = {{"avx512", (void *)encode_avx512, has_avx512(1)}};
+    return table(ks, 1);
+#else
+    return PyDict_New();
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"kernels", kernels, METH_NOARGS,
      "Addresses of the ORDER0_32 decoders this CPU runs: {name: address}, names among "
      "'scalar', 'avx2', 'avx512'. Signature: int64 (const uint8 *src, int64 len, const uint32 "
      "*table, uint8 *out, int64 n), returning 0 for a consistent stream."},
+    {"encoders", encoders, METH_NOARGS,
+     "Addresses of the ORDER0_32 encoders this CPU runs: {name: address}, 'avx512' or none. "
+     "Signature: int64 (const uint8 *data, int64 n, const int64 "
+     "*encoder_table, uint8 *buf, int64 cap), returning where the coded bytes start in buf, or "
+     "-1 where the kernel does not apply (more than 64 symbols)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rans32", NULL, -1, methods, NULL, NULL, NULL, NULL};

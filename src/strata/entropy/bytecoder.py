@@ -399,7 +399,9 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
     flat = enc.ravel()
     lanes32 = order0 and _wide_bits(n, wide) > 0
     if lanes32:
-        start = rans32.encode(data, flat, np.empty(rans32.LANES, np.int64), buf)
+        start = rans32.encode_fast(data.ctypes.data, n, flat.ctypes.data, buf.ctypes.data, buf.shape[0])
+        if start < 0:
+            start = rans32.encode(data, flat, np.empty(rans32.LANES, np.int64), buf)
     else:
         start = _encode_order0(data, flat, buf) if order0 else _encode_prev(data, flat, buf)
     out[pos] = ORDER0_32 if lanes32 else (ORDER0 if order0 else PREV)

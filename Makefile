@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench clean clean-cache
 
-$(STAMP): pyproject.toml setup.py src/strata/entropy/_rans32.c
+$(STAMP): pyproject.toml setup.py src/strata/entropy/_rans64.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"

@@ -559,7 +559,7 @@ def parse(blob: bytes, kind: str) -> G:
 
 
 # ============================================================================ checkpoint files
-_BYTECODER_RAW, _ORDER0, _PREV, _CONST, _SPLIT, _ORDER0_8, _ORDER0_32 = 0, 1, 2, 3, 4, 5, 6
+_BYTECODER_RAW, _ORDER0, _PREV, _CONST, _SPLIT, _ORDER0_8, _ORDER0_64 = 0, 1, 2, 3, 4, 5, 6
 #: Flag bit of a segment record with CRC-32C checksums and a head checksum (format version 3).
 _SEGMENT_CRC32C = 2
 
@@ -579,7 +579,7 @@ def _plane_record(b: bytes, cat="plane") -> G:
         return G([f_model, F("bytes", b[1:], f"{cat}: raw bytes")], cat)
     if model == _CONST:  # (bytes: a mutation may change the record's length)
         return G([f_model, F("bytes", b[1:], f"{cat}: constant byte(s)")], cat)
-    if model in (_ORDER0, _PREV, _ORDER0_8, _ORDER0_32):
+    if model in (_ORDER0, _PREV, _ORDER0_8, _ORDER0_64):
         r = _Bytes(b, 1)
         tlen = r.varint()
         tables = _tables(r, r.pos + tlen, 16 if model == _PREV else 1, f"{cat}:")

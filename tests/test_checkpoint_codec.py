@@ -1,4 +1,4 @@
-"""strata.checkpoint's segment codec (format versions 3 and 4) and the byte coder's 32-state
+"""strata.checkpoint's segment codec (format versions 3 and 4) and the byte coder's 64-state
 model (eight-state records of version 3 still decoding): bit-exact round trips at every
 boundary, raw planes merged from the stream, CRC-32C checks, version-2 records still decoding.
 NumPy only."""
@@ -12,7 +12,7 @@ import pytest
 
 from strata.checkpoint import codec, planes
 from strata.container import Reader, Writer
-from strata.entropy import bytecoder, rans, rans32, tables
+from strata.entropy import bytecoder, rans, rans64, tables
 from strata.errors import CorruptStreamError, StrataError
 
 
@@ -23,34 +23,35 @@ def test_crc32c_is_castagnoli():
 
 
 def _skewed(n: int, seed: int) -> np.ndarray:
-    """Exponent-like bytes: a few values, one dominant (order-0 beats the previous-byte model)."""
+    """Exponent-like bytes: a dozen values, one dominant, about 3 bits each (order-0 beats the
+    previous-byte model, also with the 240 bytes of final states of ``ORDER0_64``)."""
     rng = np.random.default_rng(seed)
-    return (120 + rng.geometric(0.45, n).clip(max=9) * 17 % 11).astype(np.uint8)
+    return (120 + rng.geometric(0.25, n).clip(max=12) * 17 % 13).astype(np.uint8)
 
 
 @pytest.mark.parametrize("n", [bytecoder.WIDE_MIN_BYTES - 1, bytecoder.WIDE_MIN_BYTES, bytecoder.WIDE_MIN_BYTES + 1,
                                bytecoder.WIDE_MIN_BYTES + 7, 3 * bytecoder.WIDE_MIN_BYTES + 5, 1 << 18])
-def test_32_state_model_round_trips_and_is_only_written_when_asked(n):
+def test_64_state_model_round_trips_and_is_only_written_when_asked(n):
     x = _skewed(n, n)
     narrow, wide = bytecoder.encode(x), bytecoder.encode(x, wide=True)
-    assert narrow[0] in (bytecoder.ORDER0, bytecoder.SPLIT) and bytecoder.ORDER0_32 not in _models(narrow)
-    assert (bytecoder.ORDER0_32 in _models(wide)) == (n >= bytecoder.WIDE_MIN_BYTES)
+    assert narrow[0] in (bytecoder.ORDER0, bytecoder.SPLIT) and bytecoder.ORDER0_64 not in _models(narrow)
+    assert (bytecoder.ORDER0_64 in _models(wide)) == (n >= bytecoder.WIDE_MIN_BYTES)
     assert bytecoder.ORDER0_8 not in _models(wide)  # (written by version 3 only)
-    assert len(wide) <= len(narrow) + 112 * bytecoder.SPLIT_PARTS  # 28 more final states a record
+    assert len(wide) <= len(narrow) + 240 * bytecoder.SPLIT_PARTS  # 60 more final states a record
     for rec in (narrow, wide):
         assert np.array_equal(bytecoder.decode(rec, n), x)
 
 
 def _order0_record(x: np.ndarray, model: int, lanes: int) -> bytes:
-    """An order-0 record of ``x`` with ``lanes`` interleaved states (``rans32.encode``), as
-    version 3 wrote ``ORDER0_8`` (``lanes`` 8) and version 4 writes ``ORDER0_32``."""
+    """An order-0 record of ``x`` with ``lanes`` interleaved states (``rans64.encode``), as
+    version 3 wrote ``ORDER0_8`` (``lanes`` 8) and version 4 writes ``ORDER0_64``."""
     h0, _ = bytecoder._histograms(x)
     codes = tables.approx_code(h0)
     tab = np.empty(512, np.uint8)
     tlen = tables.serialize_into(codes, tab)
     freq = tables.normalize(tables.approx_value(codes))
     buf = np.empty(2 * x.size + 4 * lanes + 16, np.uint8)
-    start = rans32.encode(x, rans.encoder_table(freq).ravel(), np.empty(lanes, np.int64), buf)
+    start = rans64.encode(x, rans.encoder_table(freq).ravel(), np.empty(lanes, np.int64), buf)
     return bytes([model]) + Writer().varint(tlen).getvalue() + tab[:tlen].tobytes() + buf[start:].tobytes()
 
 
@@ -72,10 +73,10 @@ def _models(rec: bytes) -> set[int]:
     return {rec[int(s)] for s in starts}
 
 
-def test_32_state_records_that_lie_are_refused():
+def test_64_state_records_that_lie_are_refused():
     x = _skewed(bytecoder.WIDE_MIN_BYTES + 3, 1)
     rec = bytearray(bytecoder.encode(x, wide=True))
-    assert rec[0] == bytecoder.ORDER0_32
+    assert rec[0] == bytecoder.ORDER0_64
     for bad in (rec[:-1], rec[:40], rec + b"\0", rec[:-5] + bytes(5)):
         with pytest.raises(CorruptStreamError):
             bytecoder.decode(bytes(bad), x.size)

@@ -91,7 +91,7 @@ def _plane_models(rec: bytes) -> set[int]:
 def test_golden_checkpoint_checksums_and_models_follow_the_version(version):
     """Version 2 records: zlib CRC-32s, four rANS states; version 3: CRC-32C (the header's
     ``crc`` is the one the record's head carries), eight states on long order-0 planes;
-    version 4: the same checks, 32 states on long order-0 planes."""
+    version 4: the same checks, 64 states on long order-0 planes."""
     models = set()
     for name in gen.names(version)[:2]:
         for m, rec in _records(GOLDEN / name):
@@ -99,7 +99,7 @@ def test_golden_checkpoint_checksums_and_models_follow_the_version(version):
             assert m["crc"] == (codec.crc32(rec) if version < 3 else codec.head_checksum(rec))
             models |= _plane_models(rec)
     assert (bytecoder.ORDER0_8 in models) == (version == 3)
-    assert (bytecoder.ORDER0_32 in models) == (version >= 4)
+    assert (bytecoder.ORDER0_64 in models) == (version >= 4)
 
 
 @pytest.mark.parametrize("version, name", CASES)

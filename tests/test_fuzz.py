@@ -93,7 +93,7 @@ def test_enhancement_sections_and_field_sets_are_parsed_field_by_field(bases):
 
 def test_checkpoint_bases_hold_every_plane_model_written_now(bases):
     """Mutations reach each decoder of the byte planes a checkpoint of this version holds:
-    raw, order-0 (4 and 32 states: the SIMD kernels), previous-byte, constant, split."""
+    raw, order-0 (4 and 64 states: the SIMD kernels), previous-byte, constant, split."""
     models = set()
     for b in fz.load_bases(bases):
         if b.kind == "checkpoint":
@@ -101,7 +101,7 @@ def test_checkpoint_bases_hold_every_plane_model_written_now(bases):
             models |= {n.value for n, _, _ in fz.walk(root) if isinstance(n, fz.F) and n.cat == "plane: model byte"}
     from strata.entropy import bytecoder
 
-    assert {bytecoder.RAW, bytecoder.ORDER0, bytecoder.ORDER0_32, bytecoder.PREV, bytecoder.CONST,
+    assert {bytecoder.RAW, bytecoder.ORDER0, bytecoder.ORDER0_64, bytecoder.PREV, bytecoder.CONST,
             bytecoder.SPLIT} <= models
 
 

@@ -32,7 +32,7 @@ from .errors import CorruptStreamError, FormatError, ResourceLimitError, Truncat
 MAGIC = b"STRA"
 #: Version written. Version 3 (strata 0.4): lossy levels coded with interleaved rANS states and
 #: contexts off the decoder's serial chain; checkpoint segments checked with CRC-32C. Version 4
-#: (strata 0.5): checkpoint byte planes with 32 rANS states (SIMD decoding); lossy streams as in 3.
+#: (strata 0.5): checkpoint byte planes with 64 rANS states (SIMD decoding); lossy streams as in 3.
 FORMAT_VERSION = 4
 #: Versions read (docs/format.md, "Versions").
 READABLE_VERSIONS = (2, 3, 4)

@@ -6,7 +6,7 @@ checkpoint format change, from the repository root; the files of earlier version
 * ``ckpt_vV_full.ckpt``: a full checkpoint of a small state dict of NumPy arrays (float32 with
   special values, bfloat16 bits as uint16, int64, float64, an empty tensor; from version 3 a
   64 KiB uint8 mask, whose plane is long enough for eight rANS states; from version 4 64 Ki
-  int16 levels, whose low-byte plane takes 32 states) and plain values
+  int16 levels, whose low-byte plane takes 64 states) and plain values
   (nested dicts, a list, a tuple, an int key);
 * ``ckpt_vV_delta.ckpt``: the next snapshot, stored as the XOR delta against the full one (its
   unchanged layouts as deltas, a new int32 tensor as a full segment);
@@ -77,7 +77,7 @@ def states(version: int = FORMAT_VERSION) -> tuple[dict, dict]:
         mask = (17 * (((j * 2654435761) % 97 == 0) + 2 * ((j * 40503) % 89 == 0))).astype(np.uint8)
         first["model"]["mask"] = mask
         second["model"]["mask"] = mask.copy()
-    if version >= 4:  # int16 whose 64 KiB low-byte plane is skewed (~3 bits a byte, uncorrelated): 32 states
+    if version >= 4:  # int16 whose 64 KiB low-byte plane is skewed (~3 bits a byte, uncorrelated): 64 states
         h = (np.arange(1 << 16, dtype=np.uint64) * np.uint64(2654435761)) % np.uint64(1 << 32)
         h ^= h >> np.uint64(15)  # (a mixed hash: consecutive values uncorrelated, as PREV would use)
         h = (h * np.uint64(2246822519)) % np.uint64(1 << 32)

@@ -7,7 +7,7 @@ marked experimental by PyTorch). :class:`StrataTransform` codes each item's byte
 over serialized tensors without their dtype -- and records the descriptor
 ``stream.strata/3`` in the checkpoint metadata, so a reader with the extension registered
 decodes it transparently. Descriptor 3: the items are segment records of format version 4
-(byte planes with 32 rANS states, which a strata of version 3 cannot read and refuses by the
+(byte planes with 64 rANS states, which a strata of version 3 cannot read and refuses by the
 descriptor); items of descriptors 2 (version 3: CRC-32C checksums, eight-state planes) and 1
 (version-2 records) are read too.
 

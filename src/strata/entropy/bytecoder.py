@@ -8,10 +8,10 @@
   bytes).
 
 Both use four interleaved states (byte ``k`` uses state ``k mod 4``), so that decoding runs
-four dependency chains side by side. ``ORDER0_32`` is ``ORDER0`` with thirty-two states (byte
-``k`` uses state ``k mod 32``), decoded in SIMD registers (:mod:`strata.entropy.rans32`): on an
-exponent plane about 3x as fast as ``ORDER0_8`` (eight scalar states, written by format version
-3 and still read) for 112 more bytes of final states than ``ORDER0``'s. Encoders ask for it
+four dependency chains side by side. ``ORDER0_64`` is ``ORDER0`` with 64 states (byte ``k``
+uses state ``k mod 64``), coded in SIMD registers (:mod:`strata.entropy.rans64`): on an exponent
+plane it decodes about 5x as fast as ``ORDER0_8`` (eight scalar states, written by format
+version 3 and still read) for 240 more bytes of final states than ``ORDER0``'s. Encoders ask for it
 (``wide=True``, checkpoint segment records of format version 4) and get it for strings of at
 least ``WIDE_MIN_BYTES``; ``PREV`` keeps four states (its decoder's chain runs through every
 symbol's table choice, which more states do not shorten). Every model decodes wherever it
@@ -42,9 +42,9 @@ from numba import njit
 
 from .. import varint
 from ..errors import CorruptStreamError
-from . import rans, rans32, tables
+from . import rans, rans64, tables
 
-RAW, ORDER0, PREV, CONST, SPLIT, ORDER0_8, ORDER0_32 = 0, 1, 2, 3, 4, 5, 6
+RAW, ORDER0, PREV, CONST, SPLIT, ORDER0_8, ORDER0_64 = 0, 1, 2, 3, 4, 5, 6
 #: Coding must save at least this fraction of the raw size.
 MIN_GAIN = 0.01
 #: Bytes sampled to store a long near-uniform string raw without a full histogram.
@@ -53,13 +53,14 @@ SAMPLE_BYTES = 1 << 16
 #: the table length (estimates that leave them out pick a coded model for a few bytes that
 #: stored raw are smaller).
 _STATE_BITS = 8.0 * (4 * rans.STATE_BYTES + 1)
-#: Fewest bytes a string needs for ``ORDER0_32`` (its 28 extra states cost 112 bytes).
+#: Fewest bytes a string needs for ``ORDER0_64`` (its 60 extra states cost 240 bytes).
 WIDE_MIN_BYTES = 1 << 16
-_WIDE_STATE_BITS = _STATE_BITS + 8.0 * (rans32.LANES - 4) * rans.STATE_BYTES
+_WIDE_STATE_BITS = _STATE_BITS + 8.0 * (rans64.LANES - 4) * rans.STATE_BYTES
 _SLOT_MASK = tables.SCALE - 1
-#: ``PREV`` is taken only where it saves this fraction of the order-0 estimate: its decoder is
-#: scalar and serial (1.5-2 ns a byte), ``ORDER0_32``'s vectorized (about 0.5), and on exponent
-#: planes the two models often code within a fraction of a percent of each other.
+#: ``PREV`` is taken only where it codes the bytes this fraction smaller than order-0 (tables
+#: included; ``ORDER0_64``'s extra final states not, which would hand small records to ``PREV``):
+#: its decoder is scalar and serial (1.5-2 ns a byte), ``ORDER0_64``'s vectorized (about 0.3),
+#: and on exponent planes the two models often code within a fraction of a percent of each other.
 PREV_MIN_GAIN = 0.01
 #: Parts of a split string, and the fewest bytes per part.
 SPLIT_PARTS = 4
@@ -316,7 +317,7 @@ def _recontext(hp, data, k):
 
 @njit(inline="always")
 def _wide_bits(n, wide):
-    """Bits that ``ORDER0_32`` adds to an order-0 record of ``n`` bytes (0 where it is not used)."""
+    """Bits that ``ORDER0_64`` adds to an order-0 record of ``n`` bytes (0 where it is not used)."""
     return _WIDE_STATE_BITS - _STATE_BITS if wide and n >= WIDE_MIN_BYTES else 0.0
 
 
@@ -328,7 +329,7 @@ def encode_into(data, out, pos, wide=False):
     A string of at least ``SPLIT_PARTS * MIN_PART_BYTES`` bytes is stored as ``SPLIT_PARTS``
     records of its equal parts when their estimated sizes add up to less than the whole's.
     ``wide``: order-0 records (the whole's, or a part's) of at least ``WIDE_MIN_BYTES`` bytes
-    are ``ORDER0_32``, their 112 extra bytes counted in the choice."""
+    are ``ORDER0_64``, their 240 extra bytes counted in the choice."""
     n = data.shape[0]
     if n >= 4 * SAMPLE_BYTES and _sample_is_noise(data):
         out[pos] = RAW
@@ -388,23 +389,23 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
         out[pos] = RAW
         copy_into(out[pos + 1:], data)
         return pos + 1 + n
-    order0 = cp > (1 - PREV_MIN_GAIN) * c0
+    order0 = cp > (1 - PREV_MIN_GAIN) * (c0 - _wide_bits(n, wide))
     counts = h0 if order0 else hp
     codes = tables.approx_code(counts)
     freq = tables.normalize(tables.approx_value(codes))
     tab = np.empty(counts.shape[0] * (counts.shape[1] + 8), np.uint8)
     tlen = tables.serialize_into(codes, tab)
-    buf = np.empty(2 * n + rans32.STATE_BYTES + 16, np.uint8)
+    buf = np.empty(2 * n + rans64.STATE_BYTES + 16, np.uint8)
     enc = rans.encoder_table(freq)
     flat = enc.ravel()
-    lanes32 = order0 and _wide_bits(n, wide) > 0
-    if lanes32:
-        start = rans32.encode_fast(data.ctypes.data, n, flat.ctypes.data, buf.ctypes.data, buf.shape[0])
+    lanes64 = order0 and _wide_bits(n, wide) > 0
+    if lanes64:
+        start = rans64.encode_fast(data.ctypes.data, n, flat.ctypes.data, buf.ctypes.data, buf.shape[0])
         if start < 0:
-            start = rans32.encode(data, flat, np.empty(rans32.LANES, np.int64), buf)
+            start = rans64.encode(data, flat, np.empty(rans64.LANES, np.int64), buf)
     else:
         start = _encode_order0(data, flat, buf) if order0 else _encode_prev(data, flat, buf)
-    out[pos] = ORDER0_32 if lanes32 else (ORDER0 if order0 else PREV)
+    out[pos] = ORDER0_64 if lanes64 else (ORDER0 if order0 else PREV)
     p = varint.put(out, pos + 1, tlen)
     copy_into(out[p:], tab[:tlen])
     p += tlen
@@ -462,7 +463,7 @@ def _decode_simple(buf, pos, end, out):
             return 3
         out[:] = buf[pos + 1]
         return 0
-    if model != ORDER0 and model != PREV and model != ORDER0_8 and model != ORDER0_32:
+    if model != ORDER0 and model != PREV and model != ORDER0_8 and model != ORDER0_64:
         return 4
     tlen, p = varint.get(buf, pos + 1, end)
     if tlen < 0 or p + tlen > end:
@@ -480,10 +481,10 @@ def _decode_simple(buf, pos, end, out):
     if model == ORDER0_8:
         ok = _decode_order0_8(buf, p + tlen, end, tables.packed_decode_table(freq), np.empty(8, np.int64), out)
         return 0 if ok else 7
-    if model == ORDER0_32:
+    if model == ORDER0_64:
         q = p + tlen
         tab = tables.packed_decode_table(freq)
-        return 7 if rans32.decode(buf.ctypes.data + q, end - q, tab.ctypes.data, out.ctypes.data, n) else 0
+        return 7 if rans64.decode(buf.ctypes.data + q, end - q, tab.ctypes.data, out.ctypes.data, n) else 0
     symbols, info = tables.split_decode_tables(freq, np.arange(n_tables))
     ok = (_decode_order0(buf, p + tlen, end, symbols, info, out) if model == ORDER0
           else _decode_prev(buf, p + tlen, end, symbols, info, out))

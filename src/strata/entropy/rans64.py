@@ -1,23 +1,25 @@
-"""Order-0 rANS with 32 interleaved states: the coder of :data:`strata.entropy.bytecoder.ORDER0_32`
+"""Order-0 rANS with 64 interleaved states: the coder of :data:`strata.entropy.bytecoder.ORDER0_64`
 (checkpoint byte planes, format version 4).
 
-State ``k % 32`` codes byte ``k``; all states share one stream of 16-bit words, in the order a
+State ``k % 64`` codes byte ``k``; all states share one stream of 16-bit words, in the order a
 decoder taking the states in turn reads them (:mod:`strata.entropy.rans`: 31-bit states, 2^11
-slots a table). Thirty-two states is what SIMD decoding needs: two AVX-512 vectors (or four
-AVX2 ones) of states in flight hide the latency of the table gather (F. Giesen, "Interleaved
-entropy coders", arXiv:1402.3392, 2014, section 5). On one core of an AMD EPYC, an exponent
-plane decodes about 3x as fast as with eight scalar states (AVX-512; AVX2 about 1.5x).
+slots a table). Sixty-four states is what SIMD coding needs: four AVX-512 vectors of states in
+flight hide the latency of each one's table lookup (F. Giesen, "Interleaved entropy coders",
+arXiv:1402.3392, 2014, section 5). Measured on one core of an AMD EPYC, on an exponent plane of
+a bf16 training snapshot (2.6 bits a byte): 0.27 ns a byte to decode with AVX-512 and table
+lookups by permutes (32 states: 0.47; gathers instead of permutes: 0.5; eight scalar states,
+``ORDER0_8``: 1.0-1.5).
 
-The decoder is a small C extension (``strata.entropy._rans32``, built by pip with the package;
-``kernels()`` gives the kernels the CPU supports), called from compiled code by symbol
-(:data:`decode`): the fastest kernel of this CPU is bound to the symbol when this module is
-imported. Without the extension (no C compiler at install time) the symbol is bound to
-:func:`reference`, the same decoder compiled by numba, state by state. Every kernel gives the
-same bytes and the same verdict for every input (tests/test_rans32.py). The extension also
-encodes with AVX-512 (:data:`encode_fast`: 0.3 against 1.3 ns a byte for :func:`encode` on an
-exponent plane) where a table has at most 64 symbols, writing :func:`encode`'s bytes.
+The coder is a small C extension (``strata.entropy._rans64``, built by pip with the package;
+``kernels()``/``encoders()`` give the kernels the CPU supports), called from compiled code by
+symbol (:data:`decode`, :data:`encode_fast`), bound when this module is imported to the fastest
+kernel of this CPU. Without the extension (no C compiler at install time) :data:`decode` is bound
+to :func:`reference`, the same decoder compiled by numba, state by state. Every decoder gives the
+same bytes and the same verdict for every input (tests/test_rans64.py). The AVX-512 encoder
+(0.3 against 1.3 ns a byte for :func:`encode` on an exponent plane) writes :func:`encode`'s
+bytes where a table has at most 64 symbols, and declines otherwise.
 
-Layout: ``32 x u32 final state (state 0 first) | 16-bit words`` (little-endian).
+Layout: ``64 x u32 final state (state 0 first) | 16-bit words`` (little-endian).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from numba import carray, cfunc, njit, types
 
 from . import rans, tables
 
-LANES = 32
+LANES = 64
 _LANE_MASK = LANES - 1
 _SLOT_MASK = tables.SCALE - 1
 #: Bytes of the final states.
@@ -55,7 +57,7 @@ def encode(data, flat, st, buf):
     ``L = st.shape[0]`` interleaved states (a power of two; ``st``: int64 scratch), one table
     (``flat``: :func:`strata.entropy.rans.encoder_table` of one table, raveled); state ``k % L``
     codes byte ``k``. Returns the start of the coded bytes (the final states first, state 0
-    first). ``L = 32`` is :data:`~strata.entropy.bytecoder.ORDER0_32`, ``L = 8`` ``ORDER0_8``."""
+    first). ``L = 64`` is :data:`~strata.entropy.bytecoder.ORDER0_64`, ``L = 8`` ``ORDER0_8``."""
     n_st = st.shape[0]
     for j in range(n_st):
         st[j] = rans.RANS_L
@@ -115,15 +117,16 @@ def no_encoder(data, n, enc, buf, cap):
 
 def _extension():
     try:
-        from . import _rans32
+        from . import _rans64
     except ImportError:
         return None
-    return _rans32
+    return _rans64
 
 
 def kernels() -> dict[str, int]:
     """Addresses of the decoders this machine runs, by name: ``"numba"`` (:func:`reference`)
-    and those of the C extension this CPU supports (``"scalar"``, ``"avx2"``, ``"avx512"``)."""
+    and those of the C extension this CPU supports (``"scalar"``, ``"avx2"``, ``"avx512"``,
+    ``"avx512-ranked"``)."""
     ext = _extension()
     return {"numba": reference.address, **(ext.kernels() if ext else {})}
 
@@ -147,22 +150,22 @@ def _pick(found: dict[str, int], variable: str, order: tuple[str, ...]) -> str:
 
 
 #: Names of the kernels bound to :data:`decode` and :data:`encode_fast` in this process
-#: (``STRATA_RANS32`` and ``STRATA_RANS32_ENCODER`` choose others, for tests and benchmarks).
-KERNEL = _pick(kernels(), "STRATA_RANS32", ("avx512", "avx2", "scalar", "numba"))
-ENCODER = _pick(encoders(), "STRATA_RANS32_ENCODER", ("avx512", "none"))
-llvm.add_symbol("strata_rans32_decode", kernels()[KERNEL])
-llvm.add_symbol("strata_rans32_encode", encoders()[ENCODER])
+#: (``STRATA_RANS64`` and ``STRATA_RANS64_ENCODER`` choose others, for tests and benchmarks).
+KERNEL = _pick(kernels(), "STRATA_RANS64", ("avx512-ranked", "avx512", "avx2", "scalar", "numba"))
+ENCODER = _pick(encoders(), "STRATA_RANS64_ENCODER", ("avx512", "none"))
+llvm.add_symbol("strata_rans64_decode", kernels()[KERNEL])
+llvm.add_symbol("strata_rans64_encode", encoders()[ENCODER])
 #: The decoder, callable from compiled code: ``decode(src, len, table, out, n)`` with pointers
 #: as integers (``array.ctypes.data``), see :data:`SIGNATURE`.
-decode = types.ExternalFunction("strata_rans32_decode", types.int64(types.voidptr, types.int64, types.voidptr,
+decode = types.ExternalFunction("strata_rans64_decode", types.int64(types.voidptr, types.int64, types.voidptr,
                                                                      types.voidptr, types.int64))
 #: The vectorized encoder, callable from compiled code: ``encode_fast(data, n, enc, buf, cap)``
 #: (pointers as integers; ``data`` contiguous uint8, ``enc`` the raveled int64
 #: :func:`~strata.entropy.rans.encoder_table` of one table, ``buf`` of ``cap`` bytes, at least
 #: ``2 n + STATE_BYTES``): where the coded bytes start in ``buf``, the same bytes as
-#: :func:`encode` with 32 states writes, or -1 where it does not apply (tables of more than 64
+#: :func:`encode` with 64 states writes, or -1 where it does not apply (tables of more than 64
 #: symbols, no AVX-512): then call :func:`encode`.
-encode_fast = types.ExternalFunction("strata_rans32_encode", types.int64(types.voidptr, types.int64, types.voidptr,
+encode_fast = types.ExternalFunction("strata_rans64_encode", types.int64(types.voidptr, types.int64, types.voidptr,
                                                                          types.voidptr, types.int64))
 
 __all__ = ["ENCODER", "KERNEL", "LANES", "SIGNATURE", "STATE_BYTES", "decode", "encode", "encode_fast", "encoders",

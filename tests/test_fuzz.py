@@ -205,7 +205,7 @@ def _finest_level(root):
 
 
 def test_fixed_chunk_length_fields_near_2_63_do_not_wrap(tmp_path):
-    """chunks.decode: ``n_raw`` (or ``n_rans``) of ``2**63 - 1`` made ``pos + n_rans + n_raw``
+    """chunk_decoder.decode: ``n_raw`` (or ``n_rans``) of ``2**63 - 1`` made ``pos + n_rans + n_raw``
     wrap around and pass the length check; the raw-bit reader then read at a negative offset
     (IndexError with NUMBA_BOUNDSCHECK=1, "CPUDispatcher(decode) returned a result with an
     exception set"; an out-of-bounds read without). Found by case 4:3816 (f32_3d_noisy, full,
@@ -218,7 +218,7 @@ def test_fixed_chunk_length_fields_near_2_63_do_not_wrap(tmp_path):
 
 
 def test_fixed_level_head_chunk_lengths_cannot_wrap_to_the_payload_length():
-    """chunks.parse_level_head: chunk lengths whose int64 sum wraps around to the payload's
+    """chunk_decoder.parse_level_head: chunk lengths whose int64 sum wraps around to the payload's
     length were accepted (offsets beyond the stream; the reader then refused them only by
     luck, as truncation). Now: "chunk lengths do not add up", with the largest lengths a
     varint of the compiled readers carries (8 bytes); a 9-byte one is malformed."""

@@ -12,7 +12,7 @@ from numba import njit
 import strata
 from strata.container import crc32
 from strata.errors import CorruptStreamError
-from strata.lossy import chunks
+from strata.lossy import chunk_decoder, chunks
 from strata.lossy.reader import LossyReader
 
 
@@ -118,8 +118,8 @@ def _place_all(dense, syms, payload, x_end, u_pos, end, itemsize):
     out_bytes = np.zeros(syms.size * itemsize, np.uint8)
     acc, nacc, x_pos, u0 = np.int64(0), np.int64(0), np.int64(0), u_pos
     for i in range(syms.size):
-        acc, nacc, x_pos, u_pos = chunks._put(dense, syms[i], np.uint64(i), codes, payload, acc, nacc, x_pos, x_end,
-                                              u_pos, end, out_bytes, itemsize)
+        acc, nacc, x_pos, u_pos = chunk_decoder._put(dense, syms[i], np.uint64(i), codes, payload, acc, nacc, x_pos,
+                                                     x_end, u_pos, end, out_bytes, itemsize)
     return codes, out_bytes, 8 * x_pos - nacc, u_pos - u0
 
 
@@ -128,15 +128,15 @@ def test_code_placing_with_and_without_a_branch_agree(itemsize):
     """The two ways the decoder places codes (chosen per chunk by the density of its raw bits)
     give the same codes, stored values and consumption, whatever the symbols and raw bits."""
     rng = np.random.default_rng(itemsize)
-    syms = rng.integers(0, chunks.ESCAPE + 1, 5000).astype(np.uint8)
+    syms = rng.integers(0, chunk_decoder.ESCAPE + 1, 5000).astype(np.uint8)
     syms[rng.random(5000) < 0.5] = 0  # zero codes among them, as in real chunks
-    n_unpred = int((syms == chunks.ESCAPE).sum())
+    n_unpred = int((syms == chunk_decoder.ESCAPE).sum())
     x_end = 8 * syms.size  # room for every raw bit
     payload = rng.integers(0, 256, x_end + n_unpred * itemsize + 8).astype(np.uint8)
     a = _place_all(False, syms, payload, x_end, x_end, x_end + n_unpred * itemsize, itemsize)
     b = _place_all(True, syms, payload, x_end, x_end, x_end + n_unpred * itemsize, itemsize)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2:] == b[2:]
-    assert a[3] == n_unpred * itemsize and (a[0] == chunks.UNPREDICTABLE).sum() == n_unpred
+    assert a[3] == n_unpred * itemsize and (a[0] == chunk_decoder.UNPREDICTABLE).sum() == n_unpred
     # a stored value missing from the stream is reported by both (u_pos past the end)
     short = x_end + max(0, n_unpred - 1) * itemsize
     if n_unpred:

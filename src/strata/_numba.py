@@ -45,6 +45,17 @@ def pick(kernel, serial, small: bool):
     return serial if small or numba.get_num_threads() == 1 else kernel
 
 
+def serial_runner(*kernels):
+    """``runner(kernel, small)``: the parallel ``kernel`` (one of ``kernels``) or its
+    :func:`serial_variant`, by :func:`pick`; the serial variants are made once, here."""
+    serial = {k: serial_variant(k) for k in kernels}
+
+    def runner(kernel, small: bool):
+        return pick(kernel, serial[kernel], small)
+
+    return runner
+
+
 def workers(n_items: int) -> int:
     """Parallel workers for ``n_items`` independent items (the kernels' ``n_workers``): one per
     thread the calling thread may use, each taking every ``n_workers``-th item."""

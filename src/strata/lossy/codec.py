@@ -26,7 +26,7 @@ from .._numba import kernel_threads, workers
 from ..container import KIND_LOSSY, Source, Writer, crc32, pack, unpack_header
 from ..entropy import rans
 from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError, UnsupportedDtypeError
-from . import chunks, exact, missing
+from . import chunk_encoder, chunks, exact, missing
 from . import mask as mask_coder
 from . import metadata as meta
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
@@ -297,10 +297,11 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     n_raw = np.zeros(n_chunks, np.int64)
     n_unpred = np.zeros(n_chunks, np.int64)
     small = n < chunks.SERIAL_POINTS
-    analyze, encode, assemble = (chunks.runner(k, small) for k in (chunks.analyze, chunks.encode, chunks.assemble))
+    analyze, encode, assemble = (chunk_encoder.runner(k, small)
+                                 for k in (chunk_encoder.analyze, chunk_encoder.encode, chunk_encoder.assemble))
     analyze(codes, miss, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw, raw_offsets,
             n_raw, n_unpred, coder, n_workers)
-    group, table_bytes, enc = chunks.level_tables(hist)
+    group, table_bytes, enc = chunk_encoder.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
     unpred_bytes = n_unpred * itemsize
@@ -310,7 +311,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     n_rans = np.zeros(n_chunks, np.int64)
     encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
            cmap, enc, n_unpred, buf, buf_offsets, n_rans, coder, n_workers)
-    lens = chunks.chunk_lengths(n_rans, n_raw, unpred_bytes)
+    lens = chunk_encoder.chunk_lengths(n_rans, n_raw, unpred_bytes)
     out_offsets = np.zeros(n_chunks + 1, np.int64)
     np.cumsum(lens, out=out_offsets[1:])
     payload = np.empty(int(out_offsets[-1]), np.uint8)

@@ -51,7 +51,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import varint
-from .._numba import pick, serial_variant, workers
+from .._numba import serial_runner, workers
 from ..container import Writer, checked_body, crc32
 from ..entropy import binary, rans
 from ..errors import CorruptStreamError
@@ -324,11 +324,7 @@ def _assemble(modes, buf, buf_offsets, n_bytes, out, out_offsets):
             out[p + 1 + k] = buf[q + k]
 
 
-_SERIAL = {k: serial_variant(k) for k in (count, encode, decode)}
-
-
-def _runner(kernel, small: bool):
-    return pick(kernel, _SERIAL[kernel], small)
+_runner = serial_runner(count, encode, decode)
 
 
 def encode_level(missing: np.ndarray, shape, stride, refined, base, boxes) -> tuple[bytes, bytes]:

@@ -18,7 +18,7 @@ import numpy as np
 from .._numba import kernel_threads, workers
 from ..container import KIND_LOSSY, Source, SourceLike, check_crc, checked_body, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError, TruncatedStreamError
-from . import chunks, exact, mask, missing
+from . import chunk_decoder, chunks, exact, mask, missing
 from . import metadata as meta
 from .codec import level_geometry
 from .header import LossyHeader
@@ -652,10 +652,11 @@ class LossyReader:
         entry = self.header.levels[lv]
         head = self._src.read(self._level_offsets[lv], entry.head_len, f"level {lv} head")
         checked_body(head, f"level {lv} head")
-        status, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs = chunks.parse_level_head(
-            np.frombuffer(head, np.uint8, len(head) - 4), entry.payload_len, chunks.GROUPS, chunks.ZERO_FAST_PATH)
+        parsed = chunk_decoder.parse_level_head(np.frombuffer(head, np.uint8, len(head) - 4), entry.payload_len,
+                                                chunks.GROUPS, chunk_decoder.ZERO_FAST_PATH)
+        status, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs = parsed
         if status:
-            raise CorruptStreamError(f"level {lv}: {chunks.HEAD_ERRORS[status]}")
+            raise CorruptStreamError(f"level {lv}: {chunk_decoder.HEAD_ERRORS[status]}")
         tile = 1 << tile_log2
         expected = self._part.chunk_count(lv, tile)
         if len(crcs) != expected:
@@ -707,9 +708,9 @@ class LossyReader:
         shape, stride, refined, base_flag, boxes = _geometry(level_geometry(self._part, lv, t.tile), win)
         errors = np.zeros(len(ids), np.int64)
         small = len(ids) == 1
-        chunks.runner(chunks.decode, small)(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, miss,
-                                            shape, stride, refined, base_flag, boxes, *t.dtab, errors,
-                                            workers(len(ids)))
+        decode = chunk_decoder.runner(chunk_decoder.decode, small)
+        decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, miss, shape, stride, refined, base_flag,
+               boxes, *t.dtab, errors, workers(len(ids)))
         if errors.any():
             j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")

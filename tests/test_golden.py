@@ -63,10 +63,10 @@ def test_golden_stream_decodes(name):
 
 def test_golden_streams_present():
     assert {"lossy_masked_f32", "lossy_plain_f64", "lossy_enh2x_f32", "lossy_enh1x_f64", "lossy_target_f32",
-            "lossy_lanes_f32"} <= set(NAMES)
-    # version 2 streams (serial coder only) and version 3 ones with the lanes coder
+            "lossy_lanes_f32", "lossy_v4_f32"} <= set(NAMES)
+    # version 2 streams (serial coder only), version 3 ones with the lanes coder, version 4
     versions = {json.loads((GOLDEN / f"{n}.json").read_text())["format_version"] for n in NAMES}
-    assert {2, 3} <= versions
+    assert {2, 3, 4} <= versions
     assert 1 in json.loads((GOLDEN / "lossy_lanes_f32.json").read_text())["coders"]
     assert {"fields_cross_2x"} <= set(FIELD_SETS)
 

@@ -147,3 +147,41 @@ def test_vectorized_encoder_writes_the_reference_bytes(n, symbols):
     else:
         assert got == want and np.array_equal(got_buf[got:], want_buf[want:])
         assert (got_buf[:got] == 7).all()  # nothing written before the coded bytes
+
+
+def test_without_the_vectorized_kernels_records_are_the_same(tmp_path):
+    """A process bound to the numba reference decoder and no vectorized encoder (what a machine
+    without the extension gets) writes the same records and decodes them, and this process's
+    records, to the same bytes."""
+    import os
+    import subprocess
+    import sys
+
+    x = _bytes(3 * bytecoder.WIDE_MIN_BYTES + 11, 9)
+    rec = bytecoder.encode(x, wide=True)
+    (tmp_path / "x.npy").write_bytes(x.tobytes())
+    (tmp_path / "rec.bin").write_bytes(rec)
+    script = (
+        "import numpy as np, sys\n"
+        "from strata.entropy import bytecoder, rans64\n"
+        "assert rans64.KERNEL == 'numba' and rans64.ENCODER == 'none'\n"
+        "d = sys.argv[1]\n"
+        "x = np.fromfile(d + '/x.npy', np.uint8)\n"
+        "rec = open(d + '/rec.bin', 'rb').read()\n"
+        "mine = bytecoder.encode(x, wide=True)\n"
+        "assert mine == rec, 'records differ'\n"
+        "assert np.array_equal(bytecoder.decode(rec, x.size), x)\n"
+        "print('ok')\n")
+    env = dict(os.environ, STRATA_RANS64="numba", STRATA_RANS64_ENCODER="none")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert rec[0] == bytecoder.ORDER0_64 or (rec[0] == bytecoder.SPLIT and _split_models(rec) == {bytecoder.ORDER0_64})
+
+
+def _split_models(rec: bytes) -> set[int]:
+    from strata.container import Reader
+
+    r = Reader(rec[2:], "split")
+    lens = [r.varint() for _ in range(bytecoder.SPLIT_PARTS - 1)]
+    return {rec[int(s)] for s in np.cumsum([2 + r.pos, *lens])}

@@ -17,6 +17,7 @@ from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, SYMBOL_BASE, SYMBOL_EXTR
 from .chunks import (
     CODER_LANES,
     LANES,
+    grid_steps,
     level_row,
     magnitude_grid,
 )
@@ -354,10 +355,7 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
     2 invalid symbol or missing value, 3 rANS stream not consumed exactly, 4 raw bits or
     stored values not consumed exactly.
     """
-    n1, n2 = shape[1], shape[2]
-    d0 = stride[0] * n1 * n2
-    d1 = stride[1] * n2
-    d2 = stride[2]
+    d0, d1, d2 = grid_steps(shape, stride)
     r0, r1, r2 = refined[0], refined[1], refined[2]
     # chunks differ in cost: each worker takes every n_workers-th chunk
     for w in prange(n_workers):

@@ -19,6 +19,7 @@ from .chunks import (
     LANE_UNIT,
     LANES,
     N_CONTEXTS,
+    grid_steps,
     level_row,
     magnitude_grid,
 )
@@ -39,10 +40,7 @@ def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, 
     chunk ``c`` (``n_raw[c]`` bytes; room for 3 bytes per point); ``n_unpred[c]`` its number
     of unpredictable values.
     """
-    n1, n2 = shape[1], shape[2]
-    d0 = stride[0] * n1 * n2
-    d1 = stride[1] * n2
-    d2 = stride[2]
+    d0, d1, d2 = grid_steps(shape, stride)
     r0, r1, r2 = refined[0], refined[1], refined[2]
     # chunks differ in cost: each worker takes every n_workers-th chunk
     for w in prange(n_workers):
@@ -130,10 +128,7 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
     ``unpredictable values | (gap) | rANS bytes``, the rANS bytes ending at the region's end;
     ``n_rans[c]`` receives their length (see :func:`assemble`).
     """
-    n1, n2 = shape[1], shape[2]
-    d0 = stride[0] * n1 * n2
-    d1 = stride[1] * n2
-    d2 = stride[2]
+    d0, d1, d2 = grid_steps(shape, stride)
     r0, r1, r2 = refined[0], refined[1], refined[2]
     flat = enc.ravel()
     n_s = enc.shape[1]

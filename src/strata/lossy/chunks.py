@@ -87,6 +87,13 @@ def level_row(g0, g1, lo2, r0, r1, r2, base):
     return 0, 0
 
 
+@njit(inline="always")
+def grid_steps(shape, stride):
+    """Memory steps ``(d0, d1, d2)`` between neighbouring points of a level's grid (``shape``,
+    grid points apart by ``stride`` along each axis, C order)."""
+    return stride[0] * shape[1] * shape[2], stride[1] * shape[2], stride[2]
+
+
 @njit(nogil=True, cache=True)
 def chunk_sizes(boxes, refined, base):
     """Number of level points in each chunk box."""
@@ -134,4 +141,4 @@ def magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, 
 SERIAL_POINTS = 1 << 15
 
 __all__ = ["ALPHABET", "CODER_LANES", "CODER_SERIAL", "CONTEXT_GROUPS", "GROUPS", "LANES", "LANES_MIN_CHUNK_BYTES",
-           "N_CONTEXTS", "SERIAL_POINTS", "chunk_sizes", "level_row", "magnitude_grid"]
+           "N_CONTEXTS", "SERIAL_POINTS", "chunk_sizes", "grid_steps", "level_row", "magnitude_grid"]

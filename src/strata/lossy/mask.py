@@ -55,7 +55,7 @@ from .._numba import serial_runner, workers
 from ..container import Writer, checked_body, crc32
 from ..entropy import binary, rans
 from ..errors import CorruptStreamError
-from .chunks import level_row
+from .chunks import grid_steps, level_row
 
 #: Chunk modes (the first byte of a chunk).
 ALL_VALID, ALL_MISSING, CODED = 0, 1, 2
@@ -156,8 +156,7 @@ def _count_missing(missing, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, b
 @njit(parallel=True, nogil=True, cache=True)
 def count(missing, shape, stride, refined, base, boxes, n_points, n_missing, n_workers):
     """Level points and missing ones of every chunk (int64 ``n_points``, ``n_missing``)."""
-    n1, n2 = shape[1], shape[2]
-    d0, d1, d2 = stride[0] * n1 * n2, stride[1] * n2, stride[2]
+    d0, d1, d2 = grid_steps(shape, stride)
     r0, r1, r2 = refined[0], refined[1], refined[2]
     for w in prange(n_workers):
         for c in range(w, boxes.shape[0], n_workers):
@@ -216,8 +215,7 @@ def encode(missing, shape, stride, refined, base, boxes, modes, buf, buf_offsets
     """Code every chunk of mode ``CODED``: its rANS bytes end at ``buf[buf_offsets[c + 1]]``,
     ``n_bytes[c]`` receives their number (``buf_offsets`` leaves ``2 * points + 8`` bytes per
     coded chunk)."""
-    n1, n2 = shape[1], shape[2]
-    d0, d1, d2 = stride[0] * n1 * n2, stride[1] * n2, stride[2]
+    d0, d1, d2 = grid_steps(shape, stride)
     r0, r1, r2 = refined[0], refined[1], refined[2]
     for w in prange(n_workers):
         model = np.empty(N_CONTEXTS, np.int32)
@@ -285,8 +283,7 @@ def _fill_chunk(missing, value, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r
 def decode(payload, starts, ends, chunk_ids, missing, shape, stride, refined, base, boxes, errors, n_workers):
     """Decode chunks ``chunk_ids`` (at ``payload[starts[j]:ends[j]]``) into ``missing``;
     ``errors[j]`` receives a key of :data:`CHUNK_ERRORS` for an inconsistent chunk."""
-    n1, n2 = shape[1], shape[2]
-    d0, d1, d2 = stride[0] * n1 * n2, stride[1] * n2, stride[2]
+    d0, d1, d2 = grid_steps(shape, stride)
     r0, r1, r2 = refined[0], refined[1], refined[2]
     for w in prange(n_workers):
         model = np.empty(N_CONTEXTS, np.int32)

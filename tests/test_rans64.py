@@ -13,6 +13,8 @@ import pytest
 
 from strata.entropy import bytecoder, rans, rans64, tables
 
+from .test_checkpoint_codec import _models
+
 _PROTO = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                           ctypes.c_int64)
 KERNELS = rans64.kernels()
@@ -176,12 +178,4 @@ def test_without_the_vectorized_kernels_records_are_the_same(tmp_path):
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
-    assert rec[0] == bytecoder.ORDER0_64 or (rec[0] == bytecoder.SPLIT and _split_models(rec) == {bytecoder.ORDER0_64})
-
-
-def _split_models(rec: bytes) -> set[int]:
-    from strata.container import Reader
-
-    r = Reader(rec[2:], "split")
-    lens = [r.varint() for _ in range(bytecoder.SPLIT_PARTS - 1)]
-    return {rec[int(s)] for s in np.cumsum([2 + r.pos, *lens])}
+    assert _models(rec) == {bytecoder.ORDER0_64}

@@ -15,8 +15,8 @@ length, u32 checksum) | [u32 CRC-32C of the head so far, with bit 1] | chunks``;
 ``itemsize x (varint length | plane record)``. Records written now set bit 1 (format version
 3 on): chunks are checked with CRC-32C (:func:`crc32c`, hardware-accelerated: 0.031 against zlib
 CRC-32's 0.139 ns a byte on a 1 MiB chunk in cache, 0.06 against 0.14 streaming from memory, one
-AMD EPYC core), the head carries its own, and order-0 planes of 64 KiB or more use 32 rANS
-states (``bytecoder.ORDER0_64``, decoded with SIMD; version 3 wrote eight, ``ORDER0_8``, still
+AMD EPYC core), the head carries its own, and order-0 planes of 64 KiB or more use 64 rANS
+states (``bytecoder.ORDER0_64``, coded with SIMD; version 3 wrote eight, ``ORDER0_8``, still
 read). Records without bit 1 (version 2) are checked with zlib's CRC-32 and decode as before.
 
 Decoding a chunk writes its elements straight from the stream: planes stored raw are merged

@@ -389,7 +389,8 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
         out[pos] = RAW
         copy_into(out[pos + 1:], data)
         return pos + 1 + n
-    order0 = cp > (1 - PREV_MIN_GAIN) * (c0 - _wide_bits(n, wide))
+    wide_bits = _wide_bits(n, wide)
+    order0 = cp > (1 - PREV_MIN_GAIN) * (c0 - wide_bits)
     counts = h0 if order0 else hp
     codes = tables.approx_code(counts)
     freq = tables.normalize(tables.approx_value(codes))
@@ -398,7 +399,7 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
     buf = np.empty(2 * n + rans64.STATE_BYTES + 16, np.uint8)
     enc = rans.encoder_table(freq)
     flat = enc.ravel()
-    lanes64 = order0 and _wide_bits(n, wide) > 0
+    lanes64 = order0 and wide_bits > 0
     if lanes64:
         start = rans64.encode_fast(data.ctypes.data, n, flat.ctypes.data, buf.ctypes.data, buf.shape[0])
         if start < 0:

@@ -7,7 +7,7 @@ slots a table). Sixty-four states is what SIMD coding needs: four AVX-512 vector
 flight hide the latency of each one's table lookup (F. Giesen, "Interleaved entropy coders",
 arXiv:1402.3392, 2014, section 5). Measured on one core of an AMD EPYC, on an exponent plane of
 a bf16 training snapshot (2.6 bits a byte): 0.27 ns a byte to decode with AVX-512 and table
-lookups by permutes (32 states: 0.47; gathers instead of permutes: 0.5; eight scalar states,
+lookups by permutes (32 states: 0.47; gathers instead of permutes: 0.73, 0.5 with 32; eight scalar states,
 ``ORDER0_8``: 1.0-1.5).
 
 The coder is a small C extension (``strata.entropy._rans64``, built by pip with the package;
@@ -151,10 +151,11 @@ def _pick(found: dict[str, int], variable: str, order: tuple[str, ...]) -> str:
 
 #: Names of the kernels bound to :data:`decode` and :data:`encode_fast` in this process
 #: (``STRATA_RANS64`` and ``STRATA_RANS64_ENCODER`` choose others, for tests and benchmarks).
-KERNEL = _pick(kernels(), "STRATA_RANS64", ("avx512-ranked", "avx512", "avx2", "scalar", "numba"))
-ENCODER = _pick(encoders(), "STRATA_RANS64_ENCODER", ("avx512", "none"))
-llvm.add_symbol("strata_rans64_decode", kernels()[KERNEL])
-llvm.add_symbol("strata_rans64_encode", encoders()[ENCODER])
+_DECODERS, _ENCODERS = kernels(), encoders()
+KERNEL = _pick(_DECODERS, "STRATA_RANS64", ("avx512-ranked", "avx512", "avx2", "scalar", "numba"))
+ENCODER = _pick(_ENCODERS, "STRATA_RANS64_ENCODER", ("avx512", "none"))
+llvm.add_symbol("strata_rans64_decode", _DECODERS[KERNEL])
+llvm.add_symbol("strata_rans64_encode", _ENCODERS[ENCODER])
 #: The decoder, callable from compiled code: ``decode(src, len, table, out, n)`` with pointers
 #: as integers (``array.ctypes.data``), see :data:`SIGNATURE`.
 decode = types.ExternalFunction("strata_rans64_decode", types.int64(types.voidptr, types.int64, types.voidptr,

@@ -22,7 +22,30 @@ import threading
 import types
 
 import numba
+from llvmlite import ir
 from numba import njit
+from numba import types as nb_types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+@intrinsic
+def prefetch_line(typingctx, arr, idx):
+    """Hint the processor to bring the cache line of ``arr[idx]`` in (``llvm.prefetch``: read,
+    all cache levels), for a compiled loop that will read or write it soon; changes no value, and
+    an index outside ``arr`` does nothing (a prefetch never faults)."""
+    if not isinstance(arr, nb_types.Array) or not isinstance(idx, nb_types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.gep(context.make_array(signature.args[0])(context, builder, args[0]).data, [args[1]])
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return nb_types.void(arr, idx), codegen
 
 
 def serial_variant(kernel):

@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import varint
-from .._numba import serial_runner
+from .._numba import prefetch_line, serial_runner
 from ..entropy import rans, tables
 from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, to_symbol, zigzag
 from .chunks import (
@@ -24,6 +24,24 @@ from .chunks import (
     magnitude_grid,
 )
 from .quantize import RADIUS, UNPREDICTABLE
+
+#: Rows of a chunk (along axis 1) ahead of the row being analysed whose codes
+#: :func:`analyze` prefetches: a chunk's rows lie far apart in the codes array, too far apart
+#: for the hardware prefetchers, and each row of the finest levels reads its own cache lines
+#: (ns3d192 at 1e-3, one thread: the finest level's analysis 21.8-30.5 -> 18.5-19.2 ms, the next
+#: level's 4.1-5.4 -> 2.7 ms; the whole compression 3-6 % faster on the large fields). The
+#: decoders' stores gained nothing from it (era5_t2m: 4 % slower), so they do not.
+ROWS_AHEAD = 4
+
+
+@njit(inline="always")
+def _prefetch_row(codes, idx, h2, d1, d2):
+    """Prefetch the codes of the row ``ROWS_AHEAD`` rows after the one whose first point is at
+    ``idx`` (``h2`` points ``d2`` apart, rows ``d1`` apart; past the chunk's last row it
+    prefetches lines the chunk does not read, which costs nothing but the hint)."""
+    first = idx + np.uint64(ROWS_AHEAD * d1)
+    for k in range(0, h2 * d2, max(16, d2)):
+        prefetch_line(codes, first + np.uint64(k))
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -83,6 +101,7 @@ def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, h0, h1, h2, lo0
                 continue
             idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
             p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
+            _prefetch_row(codes, idx, h2, d1, d2)
             ust = np.uint64(st)
             step = np.uint64(st * d2)
             # the third neighbour: the previous point along axis 2, unless the lanes coder

@@ -32,12 +32,9 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit, prange
 
-from .._numba import pick, serial_variant
+from .._numba import pick, prefetch_line, serial_variant
 from .quantize import RADIUS, UNPREDICTABLE, dequantize_into, quantize_into, quantize_lane, select
 
 #: Points per parallel work item along the fastest axis.
@@ -250,29 +247,11 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
         p0 = p1
 
 
-@intrinsic
-def _prefetch_line(typingctx, arr, idx):
-    """Hint the processor to bring the cache line of ``arr[idx]`` in (``llvm.prefetch``: read,
-    all cache levels); changes no value, and an index outside ``arr`` does nothing."""
-    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ptr = builder.gep(context.make_array(signature.args[0])(context, builder, args[0]).data, [args[1]])
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return types.void(arr, idx), codegen
-
-
 @njit(inline="always")
 def _prefetch(a, lo, hi):
     """Prefetch the cache lines of ``a[lo:hi]`` (clipped to ``a``)."""
     for i in range(max(lo, 0), min(hi, a.shape[0]), 64 // a.itemsize):
-        _prefetch_line(a, i)
+        prefetch_line(a, i)
 
 
 @njit(inline="always")

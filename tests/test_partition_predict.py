@@ -127,12 +127,34 @@ def test_whole_array_trial_codes_are_the_final_codes(shape):
     rng = np.random.default_rng(3)
     a = np.cumsum(rng.standard_normal(shape), axis=-1).astype(np.float32)
     eb = 1e-3 * float(np.ptp(a))
-    settings, codes = choose(a, eb)
-    assert codes is not None
+    settings, trial = choose(a, eb)
+    assert trial is not None
+    codes = trial.codes
     part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
     h = LossyHeader(a.shape, a.dtype, 0, eb, eb, settings.order, settings.flat, settings.alpha8, settings.beta8,
                     (1 << len(part.steps)) - 1 if settings.cubic else 0)
     assert np.array_equal(codes, predict_all(a.reshape(-1), NO_MISSING, part, h))
+
+
+@pytest.mark.parametrize("shape", [(64, 192), (9, 17, 33), (5000,)])
+def test_trial_histogram_sizes_levels_as_their_codes_do(shape):
+    """The level coder sizes a level from the codes of its grid (codec.choose_tile); after a
+    whole-array trial it reads the trial's histogram per step instead: the estimate must be
+    the one the codes give, bit for bit, on every level."""
+    from strata.lossy.tune import choose, grid_bits, sample_bits
+
+    rng = np.random.default_rng(7)
+    a = np.cumsum(rng.standard_normal(shape), axis=-1).astype(np.float32)
+    a.reshape(-1)[::97] *= 1e4  # (some unpredictable values)
+    settings, trial = choose(a, 1e-3 * float(np.ptp(a)))
+    assert trial is not None
+    part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
+    grid = trial.codes.reshape(part.shape)
+    for level in range(part.num_levels):
+        q = part.level_stride(level)
+        n = part.level_points(level)
+        want = sample_bits(np.ascontiguousarray(grid[::q[0], ::q[1], ::q[2]]).ravel(), n, 32)
+        assert grid_bits(trial.hist, part.base_steps + level, trial.codes[0], n, 32) == want
 
 
 @pytest.mark.parametrize("shape", [(64, 192), (9, 17, 33), (40, 64, 80), (3, 300, 517), (200000,)])
@@ -151,9 +173,10 @@ def test_trials_read_only_points_they_wrote(shape, cubic):
     boxes = sample_boxes(shape3)
     settings = Settings(cubic=cubic)
     plans = plan(shape3, settings, boxes)
-    bits, codes = estimate_bits(flat, shape3, eb, settings, boxes, plans, flat.copy())
-    bits_nan, codes_nan = estimate_bits(flat, shape3, eb, settings, boxes, plans, np.full_like(flat, np.nan))
+    bits, codes, hist = estimate_bits(flat, shape3, eb, settings, boxes, plans, flat.copy())
+    bits_nan, codes_nan, hist_nan = estimate_bits(flat, shape3, eb, settings, boxes, plans, np.full_like(flat, np.nan))
     assert bits == bits_nan and bits > 0
+    assert np.array_equal(hist, hist_nan)
     if boxes is None:
         assert np.array_equal(codes, codes_nan)
 

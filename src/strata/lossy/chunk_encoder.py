@@ -268,16 +268,23 @@ def level_tables(hist: np.ndarray):
     """From histograms ``(n, 27, ALPHABET)`` (summed over ``n``): the grouping chosen (index
     into :data:`CONTEXT_GROUPS`, smallest estimated size), its serialized tables
     (:func:`strata.entropy.tables.serialize`), and the encoder constants
-    (:func:`strata.entropy.rans.encoder_table`)."""
+    (:func:`strata.entropy.rans.encoder_table`; symbols up to the largest one present)."""
     group, table_bytes, enc = _level_tables(hist, GROUPS)
     return group, table_bytes.tobytes(), enc
 
 
 @njit(nogil=True, cache=True)
 def _level_tables(hist, groups):
-    counts = np.zeros((hist.shape[1], hist.shape[2]), np.int64)
+    # the symbols up to the largest one present (the same tables, in fewer columns)
+    top = 1
     for w in range(hist.shape[0]):
-        counts += hist[w]
+        for ctx in range(hist.shape[1]):
+            for s_ in range(top, hist.shape[2]):
+                if hist[w, ctx, s_]:
+                    top = s_ + 1
+    counts = np.zeros((hist.shape[1], top), np.int64)
+    for w in range(hist.shape[0]):
+        counts += hist[w, :, :top]
     group = _choose(counts, groups)
     codes = tables.approx_code(grouped_counts(counts, groups[group]))
     out = np.empty(codes.shape[0] * (codes.shape[1] + 8), np.uint8)

@@ -34,7 +34,7 @@ from .partition import Partition, as_3d_shape
 from .predict import encode_origin, encode_passes, pass_table
 from .quantize import RADIUS
 from .target import TargetRecord
-from .tune import Settings, choose, sample_bits
+from .tune import Settings, choose, grid_bits, sample_bits
 
 #: Smallest average chunk (estimated bytes) for which a level gets half-size chunks.
 MIN_CHUNK_BYTES = 1200
@@ -139,9 +139,9 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     # data: see predict_all) and codes, lent to the tuner's trials first
     work = np.empty_like(orig) if prep.missing is None else None
     codes = np.empty(orig.size, np.int32)
-    whole = None
+    trial = None
     if settings is None:
-        settings, whole = choose(orig.reshape(a.shape), eb, header.origin_pred, prep.missing, work, codes)
+        settings, trial = choose(orig.reshape(a.shape), eb, header.origin_pred, prep.missing, work, codes)
     header.order, header.flat = settings.order, settings.flat
     header.alpha8, header.beta8 = settings.alpha8, settings.beta8
     part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
@@ -149,8 +149,8 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     report(1, stages)
     header.cubic_mask = (1 << len(part.steps)) - 1 if settings.cubic else 0
     miss = prep.missing if prep.missing is not None else missing.NO_MISSING
-    if whole is not None:  # (the tuner's trials covered the whole array)
-        codes = whole
+    if trial is not None:  # (the tuner's trials covered the whole array)
+        codes = trial.codes
     else:
         predict_all(orig, miss, part, header, work, codes)
     work = None  # (not held while the levels are coded: the peak memory of a compression)
@@ -163,7 +163,8 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     if metadata_section:
         sections.append(metadata_section)
     for level in range(part.num_levels):
-        head, mask_index, mask_payload, payload = encode_level(part, level, codes, orig, prep.missing)
+        head, mask_index, mask_payload, payload = encode_level(
+            part, level, codes, orig, prep.missing, trial.hist if trial is not None and prep.missing is None else None)
         header.levels.append(LevelEntry(len(head), len(payload), len(mask_index), len(mask_payload)))
         sections += [head, mask_index, mask_payload, payload]
         report(3 + level, stages)
@@ -246,7 +247,8 @@ def level_geometry(part: Partition, level: int, tile: int | None = None):
     return part.cache[key]
 
 
-def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -> tuple[int, int]:
+def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int,
+                step_hist: np.ndarray | None = None) -> tuple[int, int]:
     """Chunk edge and coder for ``level``: half the default edge when the level's estimated
     coded size still gives every chunk at least ``MIN_CHUNK_BYTES`` (smaller chunks make region
     reads cheaper; each chunk costs about a dozen bytes of index, checksum and coder state);
@@ -255,12 +257,18 @@ def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -
     t = part.default_tile()
     if level == 0:
         return t, chunks.CODER_SERIAL
-    q = part.level_stride(level)
-    grid = codes.reshape(part.shape)[::q[0], ::q[1], ::q[2]]  # a view
-    long_axes = sum(n > 1 for n in grid.shape)
-    skip = max(1, round((grid.size / 65536) ** (1 / max(1, long_axes))))
-    sample = grid[tuple(slice(None, None, skip if n > 1 else 1) for n in grid.shape)].ravel()
-    est_bytes = sample_bits(sample, part.level_points(level), 8 * itemsize) / 8
+    if step_hist is not None:
+        # the tuner's whole-array trial counted these codes already (the same estimate: a
+        # grid this small is sampled whole)
+        est_bytes = grid_bits(step_hist, part.base_steps + level, codes[0], part.level_points(level),
+                              8 * itemsize) / 8
+    else:
+        q = part.level_stride(level)
+        grid = codes.reshape(part.shape)[::q[0], ::q[1], ::q[2]]  # a view
+        long_axes = sum(n > 1 for n in grid.shape)
+        skip = max(1, round((grid.size / 65536) ** (1 / max(1, long_axes))))
+        sample = grid[tuple(slice(None, None, skip if n > 1 else 1) for n in grid.shape)].ravel()
+        est_bytes = sample_bits(sample, part.level_points(level), 8 * itemsize) / 8
     small = max(1, t // 2)
     if est_bytes / part.chunk_boxes(level, small).shape[0] >= MIN_CHUNK_BYTES:
         t = small
@@ -269,11 +277,14 @@ def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int) -
 
 
 def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarray,
-                 miss: np.ndarray | None = None) -> tuple[bytes, bytes, bytes, bytes]:
+                 miss: np.ndarray | None = None, step_hist: np.ndarray | None = None
+                 ) -> tuple[bytes, bytes, bytes, bytes]:
     """Code one level: returns its head (tables, chunk index, CRC), its mask index and mask
     payload (empty without a mask: ``miss`` is the flat uint8 mask or None) and its payload
-    (chunks)."""
-    tile, coder = choose_tile(part, level, codes, orig.dtype.itemsize)
+    (chunks). ``step_hist``: the histogram per step of ``codes`` from a whole-array trial of the
+    tuner (:class:`strata.lossy.tune.Trial`), which :func:`choose_tile` then reads instead of
+    the codes."""
+    tile, coder = choose_tile(part, level, codes, orig.dtype.itemsize, step_hist)
     shape, stride, refined, base, boxes = level_geometry(part, level, tile)
     if miss is None:
         mask_index, mask_payload, miss = b"", b"", missing.NO_MISSING

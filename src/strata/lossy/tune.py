@@ -16,6 +16,7 @@ to the step's size, plus the unpredictable values' bits.
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,10 +132,12 @@ def sample_boxes(shape3) -> list[Box] | None:
 
 def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None, x=None, origin_pred=0.0,
                   missing=None, codes=None):
-    """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``), and the
+    """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``), the
     trial's quantization codes (int32, full-resolution layout; complete when ``boxes`` is
     None, i.e. the trial covered the whole array, and then equal to what
-    :func:`strata.lossy.codec.predict_all` computes for these settings).
+    :func:`strata.lossy.codec.predict_all` computes for these settings) and their histogram
+    per step (int64 ``(n_steps, _CLIP + 2)``: ``|q|`` clipped, unpredictable values last;
+    missing points left out).
 
     ``plans`` (from :func:`plan`) and the working copy ``x`` of ``flat`` may be shared by
     settings that differ only in interpolation order (a trial computes every point it
@@ -152,8 +155,9 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     codes = np.empty(flat.size, np.int32) if codes is None else codes
     x = flat.copy() if x is None else x
     encode_origin(x, codes, flat, bounds[0] if bounds else eb, origin_pred)
+    hist = np.zeros((n_steps, _CLIP + 2), np.int64)
     if n_steps == 0:
-        return 0.0, codes
+        return 0.0, codes, hist
     shape = np.array(shape3, np.int64)
     first = max(0, n_steps - TRIAL_STEPS)
     # step by step (a step's passes read only coarser steps); the coarse steps once
@@ -162,10 +166,9 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     table = pass_table(merged, bounds, lambda i: settings.cubic, part, ("rows", "trial", boxes is None))
     step_of = table[0][:, 14].copy()
     encode_passes(x, codes, flat, NO_MISSING if missing is None else missing, shape, table)
-    hist = np.zeros((n_steps, _CLIP + 2), np.int64)
     _histogram(codes, flat, missing is not None, shape, table[0], step_of, hist)
     level_points = np.array(part.step_points, np.float64)
-    return _bits(hist, level_points, flat.dtype.itemsize * 8), codes
+    return _bits(hist, level_points, flat.dtype.itemsize * 8), codes, hist
 
 
 @njit(nogil=True, cache=True)
@@ -202,6 +205,19 @@ def sample_bits(sample, n_points, value_bits):
 
 
 @njit(nogil=True, cache=True)
+def grid_bits(step_hist, n_steps, origin, n_points, value_bits):
+    """:func:`sample_bits` of the codes of a whole grid -- the first point's (``origin``) and
+    those of steps ``0 .. n_steps - 1``, counted in ``step_hist`` (a whole-array trial's
+    histogram, :func:`estimate_bits`) -- with no pass over the codes."""
+    hist = np.zeros((1, _CLIP + 2), np.int64)
+    for i in range(n_steps):
+        for j in range(_CLIP + 2):
+            hist[0, j] += step_hist[i, j]
+    hist[0, _CLIP + 1 if origin == UNPREDICTABLE else min(abs(np.int64(origin) - RADIUS), _CLIP)] += 1
+    return _bits(hist, np.full(1, np.float64(n_points)), value_bits)
+
+
+@njit(nogil=True, cache=True)
 def _histogram(codes, flat, has_missing, shape, table, step_of, hist):
     """Add the codes of each pass of ``table`` to ``hist[step_of[p]]``: ``|q|`` clipped to
     ``_CLIP``, unpredictable values in the last column; missing points (``has_missing``: NaN
@@ -234,11 +250,17 @@ def plan(shape3, settings, boxes):
     return part, part.cache[key]
 
 
+#: The winning trial of :func:`choose` when the trials covered the whole array: its codes (int32,
+#: full-resolution layout: what :func:`strata.lossy.codec.predict_all` computes) and their
+#: histogram per step (:func:`estimate_bits`), which sizes the levels without another pass.
+Trial = namedtuple("Trial", "codes hist")
+
+
 def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarray | None = None,
            work: np.ndarray | None = None, codes: np.ndarray | None = None):
     """Settings for compressing ``a`` (float array, missing points NaN, flagged in the flat
     uint8 ``missing``) with absolute bound ``eb`` and first-point prediction ``origin_pred``,
-    and the winning trial's codes when the trials covered the whole array (small arrays), else
+    and the winning :data:`Trial` when the trials covered the whole array (small arrays), else
     None.
 
     ``work`` (``a``'s size and dtype) and ``codes`` (int32, ``a``'s size) are memory the
@@ -250,7 +272,7 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
         return Settings(), None
     flat = np.ascontiguousarray(a).reshape(-1)
     boxes = sample_boxes(shape3)
-    best, best_bits, best_codes = None, None, None
+    best, best_bits, best_trial = None, None, None
     plans, works = {}, {}
     # sampled trials return no codes: they share one array (memory touched once, not per trial)
     shared_codes = None if boxes is None else (codes if codes is not None else np.empty(flat.size, np.int32))
@@ -264,8 +286,8 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
         if key not in plans:
             plans[key] = plan(shape3, c, boxes)
             works[key] = flat.copy() if missing is not None else shared_work
-        bits, trial_codes = estimate_bits(flat, shape3, eb, c, boxes, plans[key], works[key], origin_pred, missing,
-                                          shared_codes)
+        bits, trial_codes, hist = estimate_bits(flat, shape3, eb, c, boxes, plans[key], works[key], origin_pred,
+                                                missing, shared_codes)
         if best_bits is None or bits < best_bits:
-            best, best_bits, best_codes = c, bits, trial_codes
-    return best, (best_codes if boxes is None else None)
+            best, best_bits, best_trial = c, bits, Trial(trial_codes, hist)
+    return best, (best_trial if boxes is None else None)

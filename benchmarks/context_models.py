@@ -15,6 +15,12 @@ symbols (strata.entropy.binning, sign included) plus their raw bits under:
   previous plane's points above and below -- a whole plane of a chunk decodable at once;
 * ``prev-plane``: the previous plane's points only.
 
+and, for high ratios, ``zero groups``: today's contexts, plus one flag for each group of eight
+consecutive points of a row (rows cut at 32 grid points, as chunks would) whose contexts are all
+zero -- 0 when the eight symbols are all zero, which then cost no more steps -- the symbols of a
+flagged group that is not all zero under their own 27 tables; with the rANS steps per point this
+would take (flags plus symbols coded).
+
 It is an estimate: one static table per context over the whole level (the coder's tables are per
 level too, but merged into groups when small), chunk borders ignored for every model alike,
 unpredictable values as the escape symbol. Run: ``.venv/bin/python benchmarks/context_models.py``;
@@ -97,6 +103,43 @@ def bits_per_point(c: np.ndarray, finest: np.ndarray, ctx: np.ndarray) -> float:
     return (h + nbits.sum()) / sym.size
 
 
+def cond_bits(ctx: np.ndarray, sym: np.ndarray, n_sym: int) -> float:
+    """Empirical conditional entropy (total bits) of ``sym`` given ``ctx``."""
+    cnt = np.bincount(ctx * n_sym + sym).astype(np.float64)
+    per_ctx = np.bincount(np.arange(cnt.size) // n_sym, weights=cnt)
+    nz = cnt > 0
+    return float(-(cnt[nz] * np.log2(cnt[nz] / per_ctx[np.flatnonzero(nz) // n_sym])).sum())
+
+
+def zero_groups(c: np.ndarray, finest: np.ndarray, ctx: np.ndarray, group: int = 8, seg: int = 32):
+    """Bits per point and rANS steps per point of the finest level with zero-group flags (see the
+    module docstring)."""
+    from strata.entropy.binning import ESCAPE, to_symbol_reference
+    from strata.lossy.quantize import RADIUS, UNPREDICTABLE
+
+    q = c - RADIUS
+    sym, nbits, _ = to_symbol_reference(np.where(q > 0, 2 * q - 1, -2 * q).ravel())
+    sym = np.where(c == UNPREDICTABLE, ESCAPE, sym.reshape(c.shape))
+    nbits = np.where(c == UNPREDICTABLE, 0, nbits.reshape(c.shape))
+    # group of each finest point: its row, its 32-point segment of the row, its rank there // 8
+    rank = np.cumsum(finest, axis=2)
+    n2 = c.shape[2]
+    for s0 in range(seg, n2, seg):
+        rank[:, :, s0:] -= rank[:, :, s0 - 1:s0]
+    i0, i1, i2 = np.meshgrid(*(np.arange(n) for n in c.shape), indexing="ij", sparse=True)
+    key = ((i0 * c.shape[1] + i1) * (n2 // seg + 1) + i2 // seg) * (seg // group + 1) + (rank - 1) // group
+    _, g = np.unique(key[finest], return_inverse=True)
+    s, x = sym[finest], ctx[finest]
+    size = np.bincount(g)
+    flagged = (size == group) & (np.bincount(g, weights=x > 0) == 0)
+    nonzero = np.bincount(g, weights=s > 0) > 0
+    in_flagged = flagged[g]
+    coded = ~in_flagged | nonzero[g]
+    bits = (cond_bits(np.zeros(int(flagged.sum()), np.int64), nonzero[flagged].astype(np.int64), 2)
+            + cond_bits(np.where(in_flagged, 27 + x, x)[coded], s[coded], ESCAPE + 1) + nbits[finest].sum())
+    return bits / s.size, (flagged.sum() + coded.sum()) / s.size
+
+
 def main() -> int:
     rows = []
     for name in FIELDS:
@@ -108,17 +151,20 @@ def main() -> int:
         a = np.fromfile(path, np.float32).reshape(dims)
         for rel in BOUNDS:
             c, finest = finest_codes(a, rel)
-            b = {k: bits_per_point(c, finest, v) for k, v in models(c, finest).items()}
-            rows.append((name, rel, int(finest.sum()), b))
-            print(name, rel, {k: round(v, 4) for k, v in b.items()}, flush=True)
+            m = models(c, finest)
+            b = {k: bits_per_point(c, finest, v) for k, v in m.items()}
+            b["zero groups"], steps = zero_groups(c, finest, m["v3"])
+            rows.append((name, rel, int(finest.sum()), b, steps))
+            print(name, rel, {k: round(v, 4) for k, v in b.items()}, f"steps {steps:.3f}", flush=True)
     lines = ["Finest level of each field, bits per point (symbols' conditional entropy + raw bits), by context model "
              "(`benchmarks/context_models.py`; an estimate: static tables per level, chunk borders ignored); "
              "change against v3, today's lanes coder:", "",
-             "| field | rel. bound | points | v2 | v3 | plane | prev-plane |", "|---|---|---|---|---|---|---|"]
-    for name, rel, n, b in rows:
+             "| field | rel. bound | points | v2 | v3 | plane | prev-plane | zero groups | zero groups: rANS steps "
+             "per point |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, rel, n, b, steps in rows:
         cells = " | ".join(f"{b[k]:.4f} ({100 * (b[k] / b['v3'] - 1):+.2f} %)"
-                           for k in ("v2", "v3", "plane", "prev-plane"))
-        lines.append(f"| {name} | {rel:.0e} | {n} | {cells} |")
+                           for k in ("v2", "v3", "plane", "prev-plane", "zero groups"))
+        lines.append(f"| {name} | {rel:.0e} | {n} | {cells} | {steps:.3f} |")
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     out = ROOT / "benchmarks" / "results" / "context_models.md"

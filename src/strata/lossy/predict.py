@@ -224,7 +224,7 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
                 a = lo + u * width
                 # at the finest stride, the next slab's memory (its points are dense), from where
                 # the previous slab left off (the slab's passes read up to 3 indices ahead)
-                if q == 1:
+                if q == 1 and table[p0, 15] == 1:
                     _prefetch(x, (a + width + 3) * per_index, (a + 2 * width + 3) * per_index)
                     _prefetch(codes, (a + width) * per_index, (a + 2 * width) * per_index)
                     if mode == 0:
@@ -290,6 +290,8 @@ def _run_passes(mode, x, codes, orig, missing, bx, bc, passes, span):
     ax_s, a, b, p0, p1, part, parts = span
     shape, table, bounds, cubic, geo = passes
     for p in range(p0, p1):
+        if table[p, 8 + ax_s] >= b or table[p, 11 + ax_s] <= a:
+            continue  # (the pass's box misses the span: a sampled box outside the slab)
         g, items = _pass_rows(shape, table, bounds, cubic, geo, p, ax_s, a, b)
         w0 = part * items // parts
         w1 = (part + 1) * items // parts
@@ -495,12 +497,17 @@ def step_arrays(plan, bounds, cubic):
 
 def geometry_rows(plan, shape):
     """Geometry rows (see :func:`_sweep`) of ``plan``'s passes in step order (a new array);
-    a step runs slab by slab when its pass along the slab axis (if any) comes first."""
+    a step runs slab by slab when its pass along the slab axis (if any) comes first (``by_slab``
+    1), without prefetching the next slab when it has several passes along an axis (2: the
+    passes of small boxes spread through the array, the tuner's samples, which would prefetch
+    whole planes for a few rows each: most of a trial's time on ns3d192)."""
     ax_s = None if shape is None else (0 if shape[0] > 1 else (1 if shape[1] > 1 else 2))
     out = []
     for i in sorted(plan):
         axes = [p.axis for p in plan[i]]
-        by_slab = ax_s is not None and (ax_s not in axes or axes[0] == ax_s)
+        by_slab = 0
+        if ax_s is not None and (ax_s not in axes or axes[0] == ax_s):
+            by_slab = 1 if len(axes) == len(set(axes)) else 2
         out += [(p.axis, p.stride, *p.starts, *p.steps, *p.box.lo, *p.box.hi, i, by_slab) for p in plan[i]]
     return np.array(out, dtype=np.int64).reshape(-1, 16)
 

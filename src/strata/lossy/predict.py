@@ -193,10 +193,11 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
     a region read, :class:`strata.lossy.window.Window`, holds a box of one level's grid).
 
     The passes of one step run slab by slab along the first axis longer than 1 (``by_slab``
-    says this is valid: a pass along that axis comes first and reads only coarser slabs;
-    the other passes read within their slab), each slab doing all its passes while it is in
-    cache, slabs in parallel. Otherwise each pass sweeps the whole box, its rows split into a
-    few parts per thread.
+    non-zero says this is valid: a pass along that axis comes first and reads only coarser
+    slabs; the other passes read within their slab), each slab doing all its passes while it is
+    in cache, slabs in parallel; at the finest stride a slab prefetches the next one's memory
+    when ``by_slab`` is 1 (one pass per axis over the whole box; :func:`geometry_rows`).
+    Otherwise each pass sweeps the whole box, its rows split into a few parts per thread.
     """
     n1, n2 = shape[1], shape[2]
     mem0 = n1 * n2

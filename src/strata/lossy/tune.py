@@ -79,8 +79,8 @@ def candidates(a3: np.ndarray) -> list:
 
 def roughness(a3: np.ndarray) -> list[float]:
     """Mean absolute difference of neighbours along each axis, on a subsample: about 64 whole
-    lines along the axis, spread over the other axes (8 apart in eighths of their length);
-    differences that are not finite (missing points are NaN) are left out."""
+    lines along the axis, an eighth of each other axis apart; differences that are not finite
+    (missing points are NaN) are left out."""
     return [float(v) for v in _roughness(np.ascontiguousarray(a3))]
 
 

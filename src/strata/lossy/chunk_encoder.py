@@ -225,16 +225,13 @@ def assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, n_unpred_bytes, 
         p = varint.put(out, out_offsets[c], n_rans[c])
         p = varint.put(out, p, n_raw[c])
         r0 = buf_offsets[c + 1] - n_rans[c]
-        for k in range(n_rans[c]):
-            out[p + k] = buf[r0 + k]
+        out[p:p + n_rans[c]] = buf[r0:r0 + n_rans[c]]
         p += n_rans[c]
         q = raw_offsets[c]
-        for k in range(n_raw[c]):
-            out[p + k] = raw[q + k]
+        out[p:p + n_raw[c]] = raw[q:q + n_raw[c]]
         p += n_raw[c]
         s0 = buf_offsets[c]
-        for k in range(n_unpred_bytes[c]):
-            out[p + k] = buf[s0 + k]
+        out[p:p + n_unpred_bytes[c]] = buf[s0:s0 + n_unpred_bytes[c]]
 
 
 @njit(nogil=True, cache=True)

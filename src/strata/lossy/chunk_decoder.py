@@ -17,9 +17,10 @@ from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, SYMBOL_BASE, SYMBOL_EXTR
 from .chunks import (
     CODER_LANES,
     LANES,
+    chunk_box,
     grid_steps,
-    level_row,
     magnitude_grid,
+    row_start,
 )
 from .quantize import MISSING, RADIUS, UNPREDICTABLE
 
@@ -50,10 +51,6 @@ def _symbol(ctx, sa, payload, rpos, r_end, symbols, info, zero):
     return sym, sa, rpos
 
 
-#: A chunk as the decoders see it: ``h0, h1, h2`` points of the level's grid from ``lo0, lo1,
-#: lo2`` along each axis, memory steps ``d0, d1, d2`` between grid points in the arrays, the
-#: axes the level refines ``r0, r1, r2`` and whether it is the base level.
-ChunkBox = namedtuple("ChunkBox", "h0 h1 h2 lo0 lo1 lo2 d0 d1 d2 r0 r1 r2 base")
 #: Where a chunk's three sections lie in the payload: rANS bytes ``[r_pos, r_end)``, raw bits
 #: ``[r_end, x_end)``, unpredictable values ``[x_end, end)``; ``dense``: the raw bits are at
 #: least :data:`RAW_DENSE` a point of the chunk's box.
@@ -132,18 +129,6 @@ def _put(flat, sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, ou
     return _put_code(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, out_bytes, itemsize)
 
 
-@njit(inline="always")
-def _row_start(g, a, b, p0, p1):
-    """Row ``(a, b)`` of the chunk ``g`` (:data:`ChunkBox`): ``(f, st, p, idx, step)``, its first
-    index and step along axis 2 (:func:`level_row`; ``st`` 0: no point of the level), the first
-    point's place in the chunk's magnitude grid (planes ``p0``, rows ``p1`` apart) and in the
-    arrays, and the arrays' step between its points."""
-    f, st = level_row(g.lo0 + a, g.lo1 + b, g.lo2, g.r0, g.r1, g.r2, g.base)
-    p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - g.lo2))
-    idx = np.uint64((g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1 + f * g.d2)
-    return f, st, p, idx, np.uint64(st * g.d2)
-
-
 @njit(nogil=True, _nrt=False)
 def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_bytes, itemsize, g):
     """Decode a :data:`CODER_SERIAL` chunk (box ``g``, sections ``sec``): its symbols in raster
@@ -176,7 +161,7 @@ def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_
     top = np.uint8(0)
     for a in range(g.h0):
         for b in range(g.h1):
-            f, st, p, idx, step = _row_start(g, a, b, p0, p1)
+            f, st, p, idx, step = row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
             if has_missing:
@@ -258,7 +243,7 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
     top = np.uint8(0)
     for a in range(g.h0):
         for b in range(g.h1):
-            f, st, p, idx, step = _row_start(g, a, b, p0, p1)
+            f, st, p, idx, step = row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
             ust = np.uint64(st)
@@ -356,13 +341,10 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
     stored values not consumed exactly.
     """
     d0, d1, d2 = grid_steps(shape, stride)
-    r0, r1, r2 = refined[0], refined[1], refined[2]
     # chunks differ in cost: each worker takes every n_workers-th chunk
     for w in prange(n_workers):
         for j in range(w, chunk_ids.shape[0], n_workers):
-            c = chunk_ids[j]
-            lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-            g = ChunkBox(hi0 - lo0, hi1 - lo1, hi2 - lo2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base)
+            g = chunk_box(boxes[chunk_ids[j]], d0, d1, d2, refined, base)
             end = ends[j]
             n_r, pos = varint.get(payload, starts[j], end)
             n_x, pos = varint.get(payload, pos, end)
@@ -371,7 +353,7 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
                 errors[j] = 1
                 continue
             sec = Sections(pos, pos + n_r, pos + n_r + n_x, end, 8 * n_x >= RAW_DENSE * (g.h0 * g.h1 * g.h2))
-            mags = magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
+            mags = magnitude_grid(codes, g)
             if coder == CODER_LANES:
                 row = np.empty(g.h2, np.uint8)
                 tcol = np.empty(g.h2, np.int64)

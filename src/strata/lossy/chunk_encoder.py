@@ -19,9 +19,10 @@ from .chunks import (
     LANE_UNIT,
     LANES,
     N_CONTEXTS,
+    chunk_box,
     grid_steps,
-    level_row,
     magnitude_grid,
+    row_start,
 )
 from .quantize import RADIUS, UNPREDICTABLE
 
@@ -59,32 +60,28 @@ def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, 
     of unpredictable values.
     """
     d0, d1, d2 = grid_steps(shape, stride)
-    r0, r1, r2 = refined[0], refined[1], refined[2]
     # chunks differ in cost: each worker takes every n_workers-th chunk
     for w in prange(n_workers):
         # the worker's counts, straight into its own histogram (rows kB apart: no false sharing)
         local = hist[w].reshape(N_CONTEXTS * ALPHABET)
         for c in range(w, boxes.shape[0], n_workers):
-            lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-            h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
-            mags = magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base)
+            g = chunk_box(boxes[c], d0, d1, d2, refined, base)
             k0 = offsets[c]
-            nu, n_out, ns = _analyze_chunk(codes, missing, mags, syms[k0:], ctxs[k0:], local, raw[raw_offsets[c]:],
-                                           h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2, base, coder)
+            nu, n_out, ns = _analyze_chunk(codes, missing, magnitude_grid(codes, g), syms[k0:], ctxs[k0:], local,
+                                           raw[raw_offsets[c]:], g, coder)
             n_syms[c] = ns
             n_raw[c] = n_out
             n_unpred[c] = nu
 
 
 @njit(nogil=True, _nrt=False)
-def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, h0, h1, h2, lo0, lo1, lo2, d0, d1, d2, r0, r1, r2,
-                   base, coder):
-    """One chunk of :func:`analyze`: returns ``(unpredictable values, raw bytes written,
-    symbols)``; missing points get no symbol (their class stays 0). ``uint64`` indices (no
-    wraparound code), no reference counting."""
+def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, g, coder):
+    """One chunk of :func:`analyze` (box ``g``, :data:`~strata.lossy.chunks.ChunkBox`): returns
+    ``(unpredictable values, raw bytes written, symbols)``; missing points get no symbol (their
+    class stays 0). ``uint64`` indices (no wraparound code), no reference counting."""
     has_missing = missing.shape[0] > 0
-    p1 = h2 + 1
-    p0 = (h1 + 1) * p1
+    p1 = g.h2 + 1
+    p0 = (g.h1 + 1) * p1
     up0 = np.uint64(p0)
     up1 = np.uint64(p1)
     nu = 0
@@ -92,22 +89,19 @@ def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, h0, h1, h2, lo0
     nacc = np.int64(0)
     pos = 0
     k = np.uint64(0)
-    for a in range(h0):
-        for b in range(h1):
-            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+    for a in range(g.h0):
+        for b in range(g.h1):
+            f, st, p, idx, step = row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
-            idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
-            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
-            _prefetch_row(codes, idx, h2, d1, d2)
+            _prefetch_row(codes, idx, g.h2, g.d1, g.d2)
             ust = np.uint64(st)
-            step = np.uint64(st * d2)
             # the third neighbour: the previous point along axis 2, unless the lanes coder
             # would then wait on it (same level): the next point of the row above instead
             third = up1 - np.uint64(1) if coder == CODER_LANES and st == 1 else np.uint64(1)
             lane = np.uint64(0)
             lane_step = np.uint64(1 if coder == CODER_LANES else 0)
-            for _ in range(f, lo2 + h2, st):
+            for _ in range(f, g.lo2 + g.h2, st):
                 if has_missing and missing[idx]:
                     p += ust
                     idx += step
@@ -146,28 +140,27 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
     ``n_rans[c]`` receives their length (see :func:`assemble`).
     """
     d0, d1, d2 = grid_steps(shape, stride)
-    r0, r1, r2 = refined[0], refined[1], refined[2]
     flat = enc.ravel()
     n_s = enc.shape[1]
     # chunks differ in cost: each worker takes every n_workers-th chunk
     for w in prange(n_workers):
         states = np.empty(LANES, np.int64)
         for c in range(w, boxes.shape[0], n_workers):
-            lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
             pos = buf_offsets[c]
             if n_unpred[c] > 0:
-                for g0 in range(lo0, hi0):
-                    for g1 in range(lo1, hi1):
-                        f, st = level_row(g0, g1, lo2, r0, r1, r2, base)
+                g = chunk_box(boxes[c], d0, d1, d2, refined, base)
+                for a in range(g.h0):
+                    for b in range(g.h1):
+                        f, st, _, idx, step = row_start(g, a, b, 0, 0)
                         if st == 0:
                             continue
-                        row = g0 * d0 + g1 * d1
-                        for g2 in range(f, hi2, st):
-                            idx = row + g2 * d2
+                        for _ in range(f, g.lo2 + g.h2, st):
                             if codes[idx] == UNPREDICTABLE:
-                                for b in range(itemsize):
-                                    buf[pos] = orig_bytes[idx * itemsize + b]
+                                o = idx * np.uint64(itemsize)
+                                for j in range(itemsize):
+                                    buf[pos] = orig_bytes[o + np.uint64(j)]
                                     pos += 1
+                            idx += step
             k0 = offsets[c]
             k1 = k0 + n_syms[c]
             if coder == CODER_LANES:

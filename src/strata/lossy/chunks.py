@@ -25,6 +25,8 @@ parses a level head and decodes chunks.
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -87,6 +89,33 @@ def level_row(g0, g1, lo2, r0, r1, r2, base):
     return 0, 0
 
 
+#: A chunk as the chunk loops see it: ``h0, h1, h2`` points of the level's grid from ``lo0, lo1,
+#: lo2`` along each axis, memory steps ``d0, d1, d2`` between grid points in the arrays, the
+#: axes the level refines ``r0, r1, r2`` and whether it is the base level.
+ChunkBox = namedtuple("ChunkBox", "h0 h1 h2 lo0 lo1 lo2 d0 d1 d2 r0 r1 r2 base")
+
+
+@njit(inline="always")
+def chunk_box(box, d0, d1, d2, refined, base):
+    """:data:`ChunkBox` of the chunk ``box`` (a row ``lo0, hi0, lo1, hi1, lo2, hi2`` of the
+    level's boxes), the arrays' steps ``d0, d1, d2`` (:func:`grid_steps`)."""
+    lo0, hi0, lo1, hi1, lo2, hi2 = box
+    return ChunkBox(hi0 - lo0, hi1 - lo1, hi2 - lo2, lo0, lo1, lo2, d0, d1, d2, refined[0], refined[1], refined[2],
+                    base)
+
+
+@njit(inline="always")
+def row_start(g, a, b, p0, p1):
+    """Row ``(a, b)`` of the chunk ``g`` (:data:`ChunkBox`): ``(f, st, p, idx, step)``, its first
+    index and step along axis 2 (:func:`level_row`; ``st`` 0: no point of the level), the first
+    point's place in a chunk-local grid with a one-point low border (planes ``p0``, rows ``p1``
+    apart) and in the arrays, and the arrays' step between its points (``uint64``)."""
+    f, st = level_row(g.lo0 + a, g.lo1 + b, g.lo2, g.r0, g.r1, g.r2, g.base)
+    p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - g.lo2))
+    idx = np.uint64((g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1 + f * g.d2)
+    return f, st, p, idx, np.uint64(st * g.d2)
+
+
 @njit(inline="always")
 def grid_steps(shape, stride):
     """Memory steps ``(d0, d1, d2)`` between neighbouring points of a level's grid (``shape``,
@@ -113,26 +142,25 @@ def chunk_sizes(boxes, refined, base):
 
 
 @njit(nogil=True, cache=True)
-def magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, base):
-    """The chunk's grid of magnitude classes with a zero border on the low side of each axis
-    (``(h0 + 1) * (h1 + 1) * (h2 + 1)``, uint8), holding the classes of the coarser points
-    inside the chunk; contexts read from it, encoder and decoder alike."""
-    h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
-    p1 = h2 + 1
-    p0 = (h1 + 1) * p1
-    mags = np.zeros((h0 + 1) * p0, np.uint8)
-    if base:
+def magnitude_grid(codes, g):
+    """The grid of magnitude classes of the chunk ``g`` (:data:`ChunkBox`) with a zero border on
+    the low side of each axis (``(h0 + 1) * (h1 + 1) * (h2 + 1)``, uint8), holding the classes of
+    the coarser points inside the chunk; contexts read from it, encoder and decoder alike."""
+    p1 = g.h2 + 1
+    p0 = (g.h1 + 1) * p1
+    mags = np.zeros((g.h0 + 1) * p0, np.uint8)
+    if g.base:
         return mags
-    for a in range(h0):
-        for b in range(h1):
-            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+    for a in range(g.h0):
+        for b in range(g.h1):
+            f, st = level_row(g.lo0 + a, g.lo1 + b, g.lo2, g.r0, g.r1, g.r2, g.base)
             if st == 1:
                 continue
-            row = (lo0 + a) * d0 + (lo1 + b) * d1
+            row = (g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1
             q = (a + 1) * p0 + (b + 1) * p1 + 1
-            g_first = lo2 + ((lo2 & 1) if st == 2 else 0)
-            for g2 in range(g_first, hi2, 2 if st == 2 else 1):
-                mags[q + g2 - lo2] = _mag(codes[row + g2 * d2])
+            g_first = g.lo2 + ((g.lo2 & 1) if st == 2 else 0)
+            for g2 in range(g_first, g.lo2 + g.h2, 2 if st == 2 else 1):
+                mags[q + g2 - g.lo2] = _mag(codes[row + g2 * g.d2])
     return mags
 
 
@@ -141,4 +169,5 @@ def magnitude_grid(codes, lo0, hi0, lo1, hi1, lo2, hi2, d0, d1, d2, r0, r1, r2, 
 SERIAL_POINTS = 1 << 15
 
 __all__ = ["ALPHABET", "CODER_LANES", "CODER_SERIAL", "CONTEXT_GROUPS", "GROUPS", "LANES", "LANES_MIN_CHUNK_BYTES",
-           "N_CONTEXTS", "SERIAL_POINTS", "chunk_sizes", "grid_steps", "level_row", "magnitude_grid"]
+           "N_CONTEXTS", "SERIAL_POINTS", "ChunkBox", "chunk_box", "chunk_sizes", "grid_steps", "level_row",
+           "magnitude_grid", "row_start"]

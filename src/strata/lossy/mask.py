@@ -55,7 +55,7 @@ from .._numba import serial_runner, workers
 from ..container import Writer, checked_body, crc32
 from ..entropy import binary, rans
 from ..errors import CorruptStreamError
-from .chunks import grid_steps, level_row
+from .chunks import chunk_box, grid_steps, level_row, row_start
 
 #: Chunk modes (the first byte of a chunk).
 ALL_VALID, ALL_MISSING, CODED = 0, 1, 2
@@ -99,24 +99,25 @@ PRIORS = _priors()
 
 
 @njit(nogil=True, _nrt=False)
-def _fill_coarser(grid, missing, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, base):
+def _fill_coarser(grid, missing, g):
     """Write the mask of the coarser points inside the chunk box into ``grid`` (uint8, the box
     with a one-point border on both sides of each axis, zeroed): ``_VALID`` or
-    ``_MISSING`` at each, level points and border left 0."""
-    if base:
+    ``_MISSING`` at each, level points and border left 0 (chunk ``g``,
+    :data:`~strata.lossy.chunks.ChunkBox`)."""
+    if g.base:
         return
-    p1 = h2 + 2
-    p0 = (h1 + 2) * p1
-    for a in range(h0):
-        for b in range(h1):
-            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+    p1 = g.h2 + 2
+    p0 = (g.h1 + 2) * p1
+    for a in range(g.h0):
+        for b in range(g.h1):
+            f, st = level_row(g.lo0 + a, g.lo1 + b, g.lo2, g.r0, g.r1, g.r2, g.base)
             if st == 1:
                 continue
-            row = (lo0 + a) * d0 + (lo1 + b) * d1
-            q = (a + 1) * p0 + (b + 1) * p1 + 1 - lo2
-            g_first = lo2 + ((lo2 & 1) if st == 2 else 0)
-            for g2 in range(g_first, lo2 + h2, 2 if st == 2 else 1):
-                grid[np.uint64(q + g2)] = _VALID + (missing[np.uint64(row + g2 * d2)] != 0)
+            row = (g.lo0 + a) * g.d0 + (g.lo1 + b) * g.d1
+            q = (a + 1) * p0 + (b + 1) * p1 + 1 - g.lo2
+            g_first = g.lo2 + ((g.lo2 & 1) if st == 2 else 0)
+            for g2 in range(g_first, g.lo2 + g.h2, 2 if st == 2 else 1):
+                grid[np.uint64(q + g2)] = _VALID + (missing[np.uint64(row + g2 * g.d2)] != 0)
 
 
 @njit(inline="always")
@@ -135,18 +136,16 @@ def _context(grid, p, u0, u1):
 
 
 @njit(nogil=True, _nrt=False)
-def _count_missing(missing, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, base):
-    """``(level points, missing ones)`` of a chunk."""
+def _count_missing(missing, g):
+    """``(level points, missing ones)`` of the chunk ``g``."""
     n = 0
     m = 0
-    for a in range(h0):
-        for b in range(h1):
-            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+    for a in range(g.h0):
+        for b in range(g.h1):
+            f, st, _, idx, step = row_start(g, a, b, 0, 0)
             if st == 0:
                 continue
-            idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
-            step = np.uint64(st * d2)
-            for _ in range(f, lo2 + h2, st):
+            for _ in range(f, g.lo2 + g.h2, st):
                 m += missing[idx] != 0
                 n += 1
                 idx += step
@@ -157,34 +156,28 @@ def _count_missing(missing, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, b
 def count(missing, shape, stride, refined, base, boxes, n_points, n_missing, n_workers):
     """Level points and missing ones of every chunk (int64 ``n_points``, ``n_missing``)."""
     d0, d1, d2 = grid_steps(shape, stride)
-    r0, r1, r2 = refined[0], refined[1], refined[2]
     for w in prange(n_workers):
         for c in range(w, boxes.shape[0], n_workers):
-            lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-            n_points[c], n_missing[c] = _count_missing(missing, lo0, lo1, lo2, hi0 - lo0, hi1 - lo1, hi2 - lo2,
-                                                       d0, d1, d2, r0, r1, r2, base)
+            n_points[c], n_missing[c] = _count_missing(missing, chunk_box(boxes[c], d0, d1, d2, refined, base))
 
 
 @njit(nogil=True, _nrt=False)
-def _model_chunk(missing, grid, model, bits, freqs, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, base):
+def _model_chunk(missing, grid, model, bits, freqs, g):
     """Encoder's forward pass over a chunk: each level point's bit (``bits``, uint8) and the
     frequency of bit 1 it is coded with (``freqs``, uint16), in raster order; returns their
     number. ``grid`` holds the coarser points (:func:`_fill_coarser`) and receives the
-    chunk's bits as they are modelled, as in the decoder."""
-    p1 = h2 + 2
-    p0 = (h1 + 2) * p1
+    chunk's bits as they are modelled, as in the decoder (chunk ``g``)."""
+    p1 = g.h2 + 2
+    p0 = (g.h1 + 2) * p1
     u0, u1 = np.uint64(p0), np.uint64(p1)
     k = np.uint64(0)
-    for a in range(h0):
-        for b in range(h1):
-            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+    for a in range(g.h0):
+        for b in range(g.h1):
+            f, st, p, idx, step = row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
-            idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
-            step = np.uint64(st * d2)
-            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
             ust = np.uint64(st)
-            for _ in range(f, lo2 + h2, st):
+            for _ in range(f, g.lo2 + g.h2, st):
                 ctx = _context(grid, p, u0, u1)
                 bit = np.uint8(missing[idx] != 0)
                 freqs[k] = binary.freq_of(model, ctx)
@@ -216,44 +209,38 @@ def encode(missing, shape, stride, refined, base, boxes, modes, buf, buf_offsets
     ``n_bytes[c]`` receives their number (``buf_offsets`` leaves ``2 * points + 8`` bytes per
     coded chunk)."""
     d0, d1, d2 = grid_steps(shape, stride)
-    r0, r1, r2 = refined[0], refined[1], refined[2]
     for w in prange(n_workers):
         model = np.empty(N_CONTEXTS, np.int32)
         for c in range(w, boxes.shape[0], n_workers):
             if modes[c] != CODED:
                 continue
-            lo0, hi0, lo1, hi1, lo2, hi2 = boxes[c]
-            h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
-            grid = np.zeros((h0 + 2) * (h1 + 2) * (h2 + 2), np.uint8)
-            _fill_coarser(grid, missing, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, base)
-            bits = np.empty(h0 * h1 * h2, np.uint8)
-            freqs = np.empty(h0 * h1 * h2, np.uint16)
+            g = chunk_box(boxes[c], d0, d1, d2, refined, base)
+            grid = np.zeros((g.h0 + 2) * (g.h1 + 2) * (g.h2 + 2), np.uint8)
+            _fill_coarser(grid, missing, g)
+            bits = np.empty(g.h0 * g.h1 * g.h2, np.uint8)
+            freqs = np.empty(g.h0 * g.h1 * g.h2, np.uint16)
             binary.reset(model, PRIORS)
-            n = _model_chunk(missing, grid, model, bits, freqs, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2,
-                             base)
+            n = _model_chunk(missing, grid, model, bits, freqs, g)
             n_bytes[c] = _encode_bits(bits, freqs, n, buf[:buf_offsets[c + 1]], enc)
 
 
 @njit(nogil=True, _nrt=False)
-def _decode_chunk(payload, pos, end, missing, grid, model, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, base):
+def _decode_chunk(payload, pos, end, missing, grid, model, g):
     """Decode a ``CODED`` chunk's bits (rANS bytes ``payload[pos:end]``) into ``missing``;
     True if the stream was consumed exactly and ended in the encoder's initial state."""
     state, pos = rans.decode_init(payload, pos, end)
     if state < rans.RANS_L:
         return False
-    p1 = h2 + 2
-    p0 = (h1 + 2) * p1
+    p1 = g.h2 + 2
+    p0 = (g.h1 + 2) * p1
     u0, u1 = np.uint64(p0), np.uint64(p1)
-    for a in range(h0):
-        for b in range(h1):
-            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+    for a in range(g.h0):
+        for b in range(g.h1):
+            f, st, p, idx, step = row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
-            idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
-            step = np.uint64(st * d2)
-            p = np.uint64((a + 1) * p0 + (b + 1) * p1 + 1 + (f - lo2))
             ust = np.uint64(st)
-            for _ in range(f, lo2 + h2, st):
+            for _ in range(f, g.lo2 + g.h2, st):
                 ctx = _context(grid, p, u0, u1)
                 bit, state, pos = binary.decode_bit(state, binary.freq_of(model, ctx), payload, pos, end)
                 binary.update(model, ctx, bit)
@@ -265,16 +252,14 @@ def _decode_chunk(payload, pos, end, missing, grid, model, lo0, lo1, lo2, h0, h1
 
 
 @njit(nogil=True, _nrt=False)
-def _fill_chunk(missing, value, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, base):
-    """Set every level point of a chunk to ``value``."""
-    for a in range(h0):
-        for b in range(h1):
-            f, st = level_row(lo0 + a, lo1 + b, lo2, r0, r1, r2, base)
+def _fill_chunk(missing, value, g):
+    """Set every level point of the chunk ``g`` to ``value``."""
+    for a in range(g.h0):
+        for b in range(g.h1):
+            f, st, _, idx, step = row_start(g, a, b, 0, 0)
             if st == 0:
                 continue
-            idx = np.uint64((lo0 + a) * d0 + (lo1 + b) * d1 + f * d2)
-            step = np.uint64(st * d2)
-            for _ in range(f, lo2 + h2, st):
+            for _ in range(f, g.lo2 + g.h2, st):
                 missing[idx] = value
                 idx += step
 
@@ -284,30 +269,27 @@ def decode(payload, starts, ends, chunk_ids, missing, shape, stride, refined, ba
     """Decode chunks ``chunk_ids`` (at ``payload[starts[j]:ends[j]]``) into ``missing``;
     ``errors[j]`` receives a key of :data:`CHUNK_ERRORS` for an inconsistent chunk."""
     d0, d1, d2 = grid_steps(shape, stride)
-    r0, r1, r2 = refined[0], refined[1], refined[2]
     for w in prange(n_workers):
         model = np.empty(N_CONTEXTS, np.int32)
         for j in range(w, chunk_ids.shape[0], n_workers):
-            lo0, hi0, lo1, hi1, lo2, hi2 = boxes[chunk_ids[j]]
-            h0, h1, h2 = hi0 - lo0, hi1 - lo1, hi2 - lo2
+            g = chunk_box(boxes[chunk_ids[j]], d0, d1, d2, refined, base)
             start, end = starts[j], ends[j]
             if end <= start:
                 errors[j] = 1
                 continue
             mode = payload[start]
             if mode == CODED:
-                grid = np.zeros((h0 + 2) * (h1 + 2) * (h2 + 2), np.uint8)
-                _fill_coarser(grid, missing, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, base)
+                grid = np.zeros((g.h0 + 2) * (g.h1 + 2) * (g.h2 + 2), np.uint8)
+                _fill_coarser(grid, missing, g)
                 binary.reset(model, PRIORS)
-                if not _decode_chunk(payload, start + 1, end, missing, grid, model, lo0, lo1, lo2, h0, h1, h2,
-                                     d0, d1, d2, r0, r1, r2, base):
+                if not _decode_chunk(payload, start + 1, end, missing, grid, model, g):
                     errors[j] = 4
             elif mode > CODED:
                 errors[j] = 2
             elif end != start + 1:
                 errors[j] = 3
             else:
-                _fill_chunk(missing, mode, lo0, lo1, lo2, h0, h1, h2, d0, d1, d2, r0, r1, r2, base)
+                _fill_chunk(missing, mode, g)
 
 
 @njit(nogil=True, cache=True)

@@ -142,3 +142,20 @@ def test_code_placing_with_and_without_a_branch_agree(itemsize):
     if n_unpred:
         assert _place_all(False, syms, payload, x_end, x_end, short, itemsize)[3] > short - x_end
         assert _place_all(True, syms, payload, x_end, x_end, short, itemsize)[3] > short - x_end
+
+
+@njit
+def _tables_of(cmap):
+    w = chunks.table_weights(cmap)
+    out = np.empty(chunks.N_CONTEXTS, np.int64)
+    for ctx in range(chunks.N_CONTEXTS):
+        out[ctx] = chunks.table_of(np.uint8(ctx // 9), np.uint8((ctx // 3) % 3), np.uint8(ctx % 3), w)
+    return out
+
+
+@pytest.mark.parametrize("group", range(len(chunks.CONTEXT_GROUPS)))
+def test_the_decoders_arithmetic_table_is_the_groupings_table(group):
+    """The lanes decoder computes a context's table as ``min(w0 m0 + w1 m1 + w2 m2, t_max)``
+    (a loop that vectorizes) instead of looking it up: the same table as the grouping's map
+    for each of the 27 contexts, under every grouping a level head can name."""
+    assert np.array_equal(_tables_of(chunks.GROUPS[group]), chunks.GROUPS[group])

@@ -21,6 +21,8 @@ from .chunks import (
     grid_steps,
     magnitude_grid,
     row_start,
+    table_of,
+    table_weights,
 )
 from .quantize import MISSING, RADIUS, UNPREDICTABLE
 
@@ -241,6 +243,7 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
         return 2, rpos, 0, 0
     acc, nacc, x_pos, u_pos = np.int64(0), np.int64(0), r_end, x_end
     top = np.uint8(0)
+    w = table_weights(cmap)
     for a in range(g.h0):
         for b in range(g.h1):
             f, st, p, idx, step = row_start(g, a, b, p0, p1)
@@ -254,8 +257,8 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
                     if missing[idx] == 0:
                         pcol[n] = p
                         icol[n] = idx
-                        tcol[n] = cmap[np.uint64(9) * mags[p - up0] + np.uint64(3) * mags[p - up1]
-                                       + mags[p - third]] << tables.SCALE_BITS
+                        t = table_of(mags[p - up0], mags[p - up1], mags[p - third], w)
+                        tcol[n] = np.int64(t) << tables.SCALE_BITS
                         n += 1
                     else:
                         codes[idx] = MISSING
@@ -265,8 +268,8 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
                 n = (g.lo2 + g.h2 - 1 - f) // st + 1
                 for i in range(n):
                     q = p + np.uint64(i) * ust
-                    ctx = np.uint64(9) * mags[q - up0] + np.uint64(3) * mags[q - up1] + mags[q - third]
-                    tcol[i] = cmap[ctx] << tables.SCALE_BITS
+                    t = table_of(mags[q - up0], mags[q - up1], mags[q - third], w)
+                    tcol[i] = np.int64(t) << tables.SCALE_BITS
             j = 0
             while j + LANES <= n:
                 if rpos > r_end:

@@ -71,6 +71,22 @@ GROUPS = np.stack(CONTEXT_GROUPS).astype(np.int64)
 
 
 @njit(inline="always")
+def table_weights(cmap):
+    """``(w0, w1, w2, t_max)`` (uint8) of a grouping ``cmap`` (a row of :data:`GROUPS`): each
+    grouping maps the context of neighbour classes ``m0, m1, m2`` to the table
+    ``min(w0 m0 + w1 m1 + w2 m2, t_max)`` (:func:`table_of`), arithmetic a compiled loop
+    vectorizes, where a lookup in ``cmap`` does not."""
+    return np.uint8(cmap[9]), np.uint8(cmap[3]), np.uint8(cmap[1]), np.uint8(cmap[26])
+
+
+@njit(inline="always")
+def table_of(m0, m1, m2, w):
+    """The table of the context of classes ``m0, m1, m2`` (uint8) under the weights ``w``
+    (:func:`table_weights`): ``cmap[9 m0 + 3 m1 + m2]``."""
+    return min(w[0] * m0 + w[1] * m1 + w[2] * m2, w[3])
+
+
+@njit(inline="always")
 def _mag(c):
     if c == UNPREDICTABLE:
         return 2
@@ -170,4 +186,4 @@ SERIAL_POINTS = 1 << 15
 
 __all__ = ["ALPHABET", "CODER_LANES", "CODER_SERIAL", "CONTEXT_GROUPS", "GROUPS", "LANES", "LANES_MIN_CHUNK_BYTES",
            "N_CONTEXTS", "SERIAL_POINTS", "ChunkBox", "chunk_box", "chunk_sizes", "grid_steps", "level_row",
-           "magnitude_grid", "row_start"]
+           "magnitude_grid", "row_start", "table_of", "table_weights"]

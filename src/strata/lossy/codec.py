@@ -162,9 +162,10 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
         header.exact_len = len(exact_section)
     if metadata_section:
         sections.append(metadata_section)
+    # the winning whole-array trial's histogram sizes the levels (it counts no missing points)
+    step_hist = trial.hist if trial is not None and prep.missing is None else None
     for level in range(part.num_levels):
-        head, mask_index, mask_payload, payload = encode_level(
-            part, level, codes, orig, prep.missing, trial.hist if trial is not None and prep.missing is None else None)
+        head, mask_index, mask_payload, payload = encode_level(part, level, codes, orig, prep.missing, step_hist)
         header.levels.append(LevelEntry(len(head), len(payload), len(mask_index), len(mask_payload)))
         sections += [head, mask_index, mask_payload, payload]
         report(3 + level, stages)

@@ -235,22 +235,33 @@ def decode_step_unchecked(state, info, buf, pos):
 
 @njit(inline="always")
 def bits_put(acc, nacc, buf, pos, value, nbits):
-    """Append ``nbits`` (<= 32) raw bits, least significant first; returns ``(acc, nacc, pos)``."""
+    """Append ``nbits`` (<= 32) raw bits, least significant first; returns ``(acc, nacc, pos)``.
+    The accumulator holds fewer than 32 bits between calls and goes out 4 bytes at a time
+    (:func:`bits_flush` writes the rest): one rarely taken branch instead of a byte loop whose
+    exit is mispredicted at every call (the same bytes)."""
     acc |= value << nacc
     nacc += nbits
-    while nacc >= 8:
-        buf[np.uint64(pos)] = acc & 0xFF
-        pos += 1
-        acc >>= 8
-        nacc -= 8
+    if nacc >= 32:
+        q = np.uint64(pos)
+        buf[q] = acc & 0xFF
+        buf[q + np.uint64(1)] = (acc >> 8) & 0xFF
+        buf[q + np.uint64(2)] = (acc >> 16) & 0xFF
+        buf[q + np.uint64(3)] = (acc >> 24) & 0xFF
+        pos += 4
+        acc >>= 32
+        nacc -= 32
     return acc, nacc, pos
 
 
 @njit(inline="always")
 def bits_flush(acc, nacc, buf, pos):
-    if nacc > 0:
+    """Write out the bits :func:`bits_put` still holds (whole bytes, the last one padded with
+    zeros); returns the next ``pos``."""
+    while nacc > 0:
         buf[pos] = acc & 0xFF
         pos += 1
+        acc >>= 8
+        nacc -= 8
     return pos
 
 

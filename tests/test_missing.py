@@ -12,6 +12,7 @@ from strata.container import Source, pack, unpack_header
 from strata.errors import CorruptStreamError, InvalidInputError, StrataError
 from strata.lossy.header import LossyHeader
 from strata.lossy.metadata import MAX_METADATA_BYTES
+from strata.lossy.missing import finite_range
 
 from .conftest import SCI, repack_header
 
@@ -86,6 +87,30 @@ def test_random_masks_round_trip(shape, seed, share, kind, dtype, coherent, rel)
     if len(r.levels) > 1:
         p = r.read(level=len(r.levels) - 2)
         assert np.array_equal(p[miss].view(f"u{a.dtype.itemsize}"), a[miss].view(f"u{a.dtype.itemsize}"))
+
+
+@given(st.sampled_from([np.float32, np.float64]), st.integers(1, 200_000), st.integers(0, 2**32 - 1),
+       st.integers(-40, 40), st.sampled_from(["any", "positive", "negative", "signed zero"]),
+       st.sampled_from([None, np.inf, -np.inf, np.nan]))
+def test_finite_range_is_numpys_min_and_max(dtype, n, seed, scale, sign, bad):
+    """The one-pass range over the values' bits (serial below 65536 values, in blocks above)
+    gives numpy's min and max, or None for both as soon as one value is not finite."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * 10.0 ** scale).astype(dtype)
+    if sign == "positive":
+        x = np.abs(x)
+    elif sign == "negative":
+        x = -np.abs(x)
+    elif sign == "signed zero":
+        x[rng.integers(n, size=3)] = -0.0
+        x[rng.integers(n)] = 0.0
+    if bad is not None:
+        x[rng.integers(n)] = bad
+        assert finite_range(x) == (None, None)
+        return
+    lo, hi = finite_range(x)
+    assert (lo, hi) == (float(x.min()), float(x.max()))
+    assert type(lo) is float and type(hi) is float
 
 
 def test_rel_bound_is_relative_to_the_valid_range():

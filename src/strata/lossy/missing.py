@@ -27,8 +27,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
+from .._numba import pick, serial_variant
 from ..errors import InvalidInputError
 
 #: The compiled kernels' ``missing`` argument (flat uint8 mask) when nothing is missing.
@@ -124,10 +125,10 @@ def prepare(a: np.ndarray, missing: np.ndarray | None = None) -> Prepared:
     flat = a.reshape(-1)
     bits = flat.view(f"u{flat.itemsize}")
     if flat.size and (missing is None or not missing.any()):
-        # the common case in two vectorized reductions (a NaN makes them NaN), not the scan's
-        # serial sum, nor a mask array
-        lo, hi = float(flat.min()), float(flat.max())
-        if math.isfinite(lo) and math.isfinite(hi):
+        # the common case in one vectorized pass over the bits, not the scan's serial sum, nor
+        # a mask array
+        lo, hi = finite_range(flat)
+        if lo is not None:
             return Prepared(flat, None, 0, b"", np.zeros(0, np.int64), 0.0, (lo, hi))
     if missing is None:
         missing = find(a)
@@ -152,6 +153,63 @@ def prepare(a: np.ndarray, missing: np.ndarray | None = None) -> Prepared:
             exact = np.union1d(exact, pos[bits[pos] != main])
         fill_bits = np.array(main, dtype=f"<u{flat.itemsize}").tobytes()
     return Prepared(work, miss if count else None, count, fill_bits, exact, mean, valid_range)
+
+
+def finite_range(flat: np.ndarray):
+    """``(min, max)`` (Python floats) of ``flat`` (a 1-D float32/float64 array, not empty) when
+    every value is finite, else ``(None, None)``: one pass over the bits, in parallel when it is
+    large (the values' order is the order of their bits as signed integers with the magnitude
+    bits of the negative ones flipped, so integer reductions do it, which compilers vectorize)."""
+    itemsize = flat.itemsize
+    ints = flat.view(f"i{itemsize}")
+    sign_shift = ints.dtype.type(8 * itemsize - 1)
+    magnitude = ints.dtype.type(np.iinfo(ints.dtype).max)
+    exponent = ints.dtype.type(0x7F800000 if itemsize == 4 else 0x7FF0000000000000)
+    kernel = pick(_key_range, _key_range_serial, flat.size < _SERIAL_BELOW)
+    lo, hi, n_inf = kernel(ints, sign_shift, magnitude, exponent, max(1, min(_BLOCKS, flat.size // _SERIAL_BELOW)))
+    if n_inf:
+        return None, None
+    keys = np.array([lo, hi], ints.dtype)
+    return tuple(float(v) for v in (keys ^ ((keys >> sign_shift) & magnitude)).view(flat.dtype))
+
+
+#: Arrays this small take :func:`finite_range`'s serial kernel; larger ones are cut in at most
+#: ``_BLOCKS`` blocks of at least this many values.
+_SERIAL_BELOW = 1 << 16
+_BLOCKS = 64
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _key_range(ints, sign_shift, magnitude, exponent, n_blocks):
+    """Smallest and largest order key (``v ^ ((v >> sign_shift) & magnitude)``) of the values'
+    bits ``ints``, and how many are not finite (exponent bits all set), over ``n_blocks`` blocks."""
+    n = ints.shape[0]
+    los = np.empty(n_blocks, ints.dtype)
+    his = np.empty(n_blocks, ints.dtype)
+    bad = np.zeros(n_blocks, np.int64)
+    for b in prange(n_blocks):
+        los[b], his[b], bad[b] = _block_range(ints, b * n // n_blocks, (b + 1) * n // n_blocks, sign_shift,
+                                              magnitude, exponent)
+    return los.min(), his.max(), bad.sum()
+
+
+@njit(inline="always")
+def _block_range(ints, i0, i1, sign_shift, magnitude, exponent):
+    """:func:`_key_range` of ``ints[i0:i1]`` (unsigned indices: a signed one's wraparound check
+    keeps the loop from vectorizing, 9x slower)."""
+    lo = magnitude
+    hi = ~magnitude
+    k = 0
+    for i in range(np.uint64(i0), np.uint64(i1)):
+        v = ints[i]
+        key = v ^ ((v >> sign_shift) & magnitude)
+        lo = min(lo, key)
+        hi = max(hi, key)
+        k += (v & exponent) == exponent
+    return lo, hi, k
+
+
+_key_range_serial = serial_variant(_key_range)
 
 
 @njit(nogil=True, cache=True)

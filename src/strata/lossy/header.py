@@ -39,6 +39,12 @@ EXT_KNOWN = 32
 ORDERS = list(itertools.permutations(range(3)))
 
 
+def step_bounds(steps: tuple[Step, ...], eb: float, alpha8: int, beta8: int) -> tuple[float, ...]:
+    """Absolute error bound of each of ``steps`` under the bound ``eb`` and SZ3's level-wise
+    factors ``alpha8 / 8``, ``beta8 / 8`` (:func:`_step_bounds`)."""
+    return _step_bounds(tuple(st.level_number for st in steps), eb, alpha8, beta8)
+
+
 @lru_cache(maxsize=256)
 def _step_bounds(level_numbers: tuple[int, ...], eb: float, alpha8: int, beta8: int) -> tuple[float, ...]:
     """SZ3's level-wise bounds: ``eb / min(alpha**(level - 1), beta)`` per step."""
@@ -107,7 +113,7 @@ class LossyHeader:
 
     def step_bounds(self, steps: tuple[Step, ...]) -> tuple[float, ...]:
         """Absolute error bound of each step (IEEE multiplications only: reproducible)."""
-        return _step_bounds(tuple(st.level_number for st in steps), self.eb, self.alpha8, self.beta8)
+        return step_bounds(steps, self.eb, self.alpha8, self.beta8)
 
     def cubic(self, step_index: int) -> bool:
         return bool((self.cubic_mask >> step_index) & 1)

@@ -160,19 +160,22 @@ def finite_range(flat: np.ndarray):
     every value is finite, else ``(None, None)``: one pass over the bits, in parallel when it is
     large (the values' order is the order of their bits as signed integers with the magnitude
     bits of the negative ones flipped, so integer reductions do it, which compilers vectorize)."""
-    itemsize = flat.itemsize
-    ints = flat.view(f"i{itemsize}")
-    sign_shift = ints.dtype.type(8 * itemsize - 1)
-    magnitude = ints.dtype.type(np.iinfo(ints.dtype).max)
-    exponent = ints.dtype.type(0x7F800000 if itemsize == 4 else 0x7FF0000000000000)
-    kernel = pick(_key_range, _key_range_serial, flat.size < _SERIAL_BELOW)
-    lo, hi, n_inf = kernel(ints, sign_shift, magnitude, exponent, max(1, min(_BLOCKS, flat.size // _SERIAL_BELOW)))
+    ints_dtype, sign_shift, magnitude, exponent = _KEY_CONSTANTS[flat.itemsize]
+    ints = flat.view(ints_dtype)
+    n = flat.shape[0]
+    kernel = pick(_key_range, _key_range_serial, n < _SERIAL_BELOW)
+    lo, hi, n_inf = kernel(ints, sign_shift, magnitude, exponent, max(1, min(_BLOCKS, n // _SERIAL_BELOW)))
     if n_inf:
         return None, None
-    keys = np.array([lo, hi], ints.dtype)
-    return tuple(float(v) for v in (keys ^ ((keys >> sign_shift) & magnitude)).view(flat.dtype))
+    keys = np.array([lo, hi], ints_dtype)
+    lo, hi = (keys ^ ((keys >> sign_shift) & magnitude)).view(flat.dtype).tolist()
+    return lo, hi
 
 
+#: Per item size: the integer dtype of the bits, the sign bit's shift, the magnitude bits and
+#: the exponent bits (all set: not finite), as that dtype's scalars.
+_KEY_CONSTANTS = {4: (np.dtype(np.int32), np.int32(31), np.int32(0x7FFFFFFF), np.int32(0x7F800000)),
+                  8: (np.dtype(np.int64), np.int64(63), np.int64(0x7FFFFFFFFFFFFFFF), np.int64(0x7FF0000000000000))}
 #: Arrays this small take :func:`finite_range`'s serial kernel; larger ones are cut in at most
 #: ``_BLOCKS`` blocks of at least this many values.
 _SERIAL_BELOW = 1 << 16

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from .header import step_bounds
 from .missing import NO_MISSING
 from .partition import Box, Partition, as_3d_shape
-from .predict import _first, encode_origin, encode_passes, pass_table
+from .predict import _first, count_points, encode_origin, encode_passes, geometry_rows
 from .quantize import RADIUS, UNPREDICTABLE
 
 
@@ -145,30 +146,39 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     only its size and dtype). Missing points (NaN in ``flat``, 1 in the flat uint8 ``missing``)
     are left out of the estimate; ``origin_pred`` is the first point's prediction. ``codes``
     (int32, ``flat.size``) may be given to reuse its memory."""
-    from .header import LossyHeader
-
     part, plans = plans or plan(shape3, settings, boxes)
-    h = LossyHeader(shape3, flat.dtype, 0, eb, eb, settings.order, settings.flat, settings.alpha8,
-                    settings.beta8, (1 << len(part.steps)) - 1 if settings.cubic else 0)
-    bounds = h.step_bounds(part.steps)
     n_steps = len(part.steps)
+    bounds = step_bounds(part.steps, eb, settings.alpha8, settings.beta8)
     codes = np.empty(flat.size, np.int32) if codes is None else codes
     x = flat.copy() if x is None else x
     encode_origin(x, codes, flat, bounds[0] if bounds else eb, origin_pred)
     hist = np.zeros((n_steps, _CLIP + 2), np.int64)
     if n_steps == 0:
         return 0.0, codes, hist
-    shape = np.array(shape3, np.int64)
-    first = max(0, n_steps - TRIAL_STEPS)
-    # step by step (a step's passes read only coarser steps); the coarse steps once
-    merged = {i: [p for box_plan in (plans if i >= first else plans[:1]) for p in box_plan[i]]
-              for i in range(n_steps)}
-    table = pass_table(merged, bounds, lambda i: settings.cubic, part, ("rows", "trial", boxes is None))
-    step_of = table[0][:, 14].copy()
+    rows, counts, n_points, shape, level_points = _trial_geometry(part, plans, boxes)
+    table = (rows, np.repeat(np.array(bounds, np.float64), counts), np.full(rows.shape[0], settings.cubic),
+             n_points)
     encode_passes(x, codes, flat, NO_MISSING if missing is None else missing, shape, table)
-    _histogram(codes, flat, missing is not None, shape, table[0], step_of, hist)
-    level_points = np.array(part.step_points, np.float64)
+    _histogram(codes, flat, missing is not None, shape, rows, hist)
     return _bits(hist, level_points, flat.dtype.itemsize * 8), codes, hist
+
+
+def _trial_geometry(part: Partition, plans, boxes):
+    """What a trial's passes need that depends on the partition and the boxes only (cached):
+    the geometry rows of every step (the coarse steps once, the finest ``TRIAL_STEPS`` of every
+    box), the passes per step, about the points they visit, the internal shape and the points
+    per step."""
+    key = ("trial geometry", boxes is None)
+    if key not in part.cache:
+        n_steps = len(part.steps)
+        first = max(0, n_steps - TRIAL_STEPS)
+        # step by step (a step's passes read only coarser steps); the coarse steps once
+        merged = {i: [p for box_plan in (plans if i >= first else plans[:1]) for p in box_plan[i]]
+                  for i in range(n_steps)}
+        rows = geometry_rows(merged, part.shape)
+        part.cache[key] = (rows, np.array([len(merged[i]) for i in range(n_steps)]), count_points(rows),
+                           np.array(part.shape, np.int64), np.array(part.step_points, np.float64))
+    return part.cache[key]
 
 
 @njit(nogil=True, cache=True)
@@ -218,24 +228,40 @@ def grid_bits(step_hist, n_steps, origin, n_points, value_bits):
 
 
 @njit(nogil=True, cache=True)
-def _histogram(codes, flat, has_missing, shape, table, step_of, hist):
-    """Add the codes of each pass of ``table`` to ``hist[step_of[p]]``: ``|q|`` clipped to
-    ``_CLIP``, unpredictable values in the last column; missing points (``has_missing``: NaN
-    in ``flat``) have no symbol and are left out."""
+def _histogram(codes, flat, has_missing, shape, rows, hist):
+    """Add the codes of each pass of the geometry ``rows`` (:func:`strata.lossy.predict.geometry_rows`)
+    to ``hist[step]``: ``|q|`` clipped to ``_CLIP``, unpredictable values in the last column;
+    missing points (``has_missing``: NaN in ``flat``) have no symbol and are left out. The
+    counts of ``|q| < _SMALL`` go to four interleaved copies first (consecutive points hit the
+    same few counters, and one copy would wait on its own previous increment)."""
     n1, n2 = shape[1], shape[2]
-    for p in range(table.shape[0]):
-        i = step_of[p]
-        for i0 in range(_first(table[p, 2], table[p, 5], table[p, 8]), table[p, 11], table[p, 5]):
-            for i1 in range(_first(table[p, 3], table[p, 6], table[p, 9]), table[p, 12], table[p, 6]):
-                row = (i0 * n1 + i1) * n2
-                for i2 in range(_first(table[p, 4], table[p, 7], table[p, 10]), table[p, 13], table[p, 7]):
-                    c = codes[row + i2]
-                    if has_missing and flat[row + i2] != flat[row + i2]:
-                        continue
-                    if c == UNPREDICTABLE:
-                        hist[i, _CLIP + 1] += 1
-                    else:
-                        hist[i, min(abs(c - RADIUS), _CLIP)] += 1
+    small = np.zeros((4, _SMALL), np.int64)
+    for p in range(rows.shape[0]):
+        out = hist[rows[p, 14]]
+        st2 = np.uint64(rows[p, 7])
+        f2 = _first(rows[p, 4], rows[p, 7], rows[p, 10])
+        n = max(0, (rows[p, 13] - 1 - f2) // rows[p, 7] + 1)
+        small[:] = 0
+        k = np.uint64(0)
+        for i0 in range(_first(rows[p, 2], rows[p, 5], rows[p, 8]), rows[p, 11], rows[p, 5]):
+            for i1 in range(_first(rows[p, 3], rows[p, 6], rows[p, 9]), rows[p, 12], rows[p, 6]):
+                idx = np.uint64((i0 * n1 + i1) * n2 + f2)
+                for _ in range(n):
+                    c = codes[idx]
+                    if not (has_missing and flat[idx] != flat[idx]):
+                        b = _CLIP + 1 if c == UNPREDICTABLE else min(abs(np.int64(c) - RADIUS), _CLIP)
+                        if b < _SMALL:
+                            small[k & np.uint64(3), b] += 1
+                        else:
+                            out[b] += 1
+                        k += np.uint64(1)
+                    idx += st2
+        for b in range(_SMALL):
+            out[b] += small[0, b] + small[1, b] + small[2, b] + small[3, b]
+
+
+#: Counts below which :func:`_histogram` keeps four interleaved copies.
+_SMALL = 16
 
 
 def plan(shape3, settings, boxes):

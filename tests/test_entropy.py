@@ -2,12 +2,15 @@
 near-entropy sizes, damaged records refused)."""
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
+from strata.container import Writer
 from strata.entropy import bytecoder, rans, tables
 from strata.entropy.binning import (
     ALPHABET,
@@ -215,3 +218,22 @@ def test_bytecoder_refuses_damaged_records(kind):
         except CorruptStreamError:
             caught += 1
     assert caught >= 15
+
+
+@given(st.lists(st.integers(0, 2**56 - 1), max_size=50), st.binary(max_size=300), st.data())
+def test_varints_and_part_checksums_match_the_one_at_a_time_writer(values, data, draw):
+    """Writer.varints is Writer.varint after Writer.varint (the compiled varint.put_many), and
+    Writer.crcs the CRC-32 of each part, little-endian, as Writer.u32 writes them: the chunk
+    indexes of the lossy levels and masks are written these ways."""
+    one = Writer()
+    for v in values:
+        one.varint(v)
+    assert Writer().varints(values).getvalue() == one.getvalue()
+    cuts = sorted(draw.draw(st.lists(st.integers(0, len(data)), max_size=8)))
+    offsets = [0, *cuts, len(data)]
+    one = Writer()
+    for a, b in zip(offsets, offsets[1:]):
+        one.u32(zlib.crc32(data[a:b]))
+    assert Writer().crcs(data, np.array(offsets)).getvalue() == one.getvalue()
+    with pytest.raises(ValueError):
+        Writer().varints([1, -1])

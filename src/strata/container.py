@@ -27,7 +27,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
+
 from .errors import CorruptStreamError, FormatError, ResourceLimitError, TruncatedStreamError
+from .varint import put_many
 
 MAGIC = b"STRA"
 #: Version written. Version 3 (strata 0.4): lossy levels coded with interleaved rANS states and
@@ -51,6 +54,13 @@ SourceLike = bytes | bytearray | memoryview | str | os.PathLike | BinaryIO
 
 def crc32(data) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def crc32_parts(data, offsets) -> np.ndarray:
+    """CRC-32 of each part ``data[offsets[i]:offsets[i + 1]]`` (uint32 array, ``len(offsets) - 1``)."""
+    view = memoryview(data)
+    o = offsets.tolist() if isinstance(offsets, np.ndarray) else list(offsets)
+    return np.array([zlib.crc32(view[a:b]) for a, b in zip(o, o[1:])], np.uint32)
 
 
 def check_crc(data, expected: int, what: str) -> None:
@@ -203,6 +213,17 @@ class Writer:
             v >>= 7
         self.buf.append(v)
         return self
+
+    def varints(self, values) -> Writer:
+        """The varints of ``values`` (integers >= 0, below ``2**56``) one after another."""
+        v = np.asarray(values, np.int64)
+        if v.size and v.min() < 0:
+            raise ValueError("varint must be non-negative")
+        return self.raw(put_many(v).tobytes())
+
+    def crcs(self, data, offsets) -> Writer:
+        """The CRC-32 of each part of ``data`` (:func:`crc32_parts`), each as :meth:`u32`."""
+        return self.raw(crc32_parts(data, offsets).astype("<u4").tobytes())
 
     def raw(self, b) -> Writer:
         self.buf += b

@@ -27,6 +27,17 @@ def put(out, pos, v):
     return pos + 1
 
 
+@njit(nogil=True, cache=True)
+def put_many(values):
+    """The varints of ``values`` (int64, each >= 0 and below ``2**56``), one after another
+    (uint8 array)."""
+    out = np.empty(MAX_BYTES * values.shape[0], np.uint8)
+    pos = 0
+    for v in values:
+        pos = put(out, pos, v)
+    return out[:pos]
+
+
 @njit(inline="always")
 def size(v):
     """Bytes of the varint of ``v`` (>= 0)."""

@@ -20,6 +20,7 @@ from .chunks import (
     LANES,
     N_CONTEXTS,
     chunk_box,
+    chunk_sizes,
     grid_steps,
     magnitude_grid,
     row_start,
@@ -281,16 +282,44 @@ def _level_tables(hist, groups):
 
 
 @njit(nogil=True, cache=True)
+def layout(boxes, refined, base):
+    """Where each chunk's symbols go (``offsets``: ``n_chunks + 1``, the level's points in chunk
+    order) and its raw bits (``raw_offsets``: room for 3 bytes a point and 8 more)."""
+    sizes = chunk_sizes(boxes, refined, base)
+    offsets = np.zeros(sizes.shape[0] + 1, np.int64)
+    raw_offsets = np.zeros(sizes.shape[0] + 1, np.int64)
+    for c in range(sizes.shape[0]):
+        offsets[c + 1] = offsets[c] + sizes[c]
+        raw_offsets[c + 1] = raw_offsets[c] + 3 * sizes[c] + 8
+    return offsets, raw_offsets
+
+
+@njit(nogil=True, cache=True)
+def buffer_layout(n_unpred, n_syms, itemsize):
+    """Bytes of each chunk's unpredictable values and where :func:`encode` writes each chunk
+    (``buf_offsets``: room for the values, 2 bytes a symbol, the final states and 4 more)."""
+    unpred_bytes = n_unpred * itemsize
+    buf_offsets = np.zeros(n_unpred.shape[0] + 1, np.int64)
+    for c in range(n_unpred.shape[0]):
+        buf_offsets[c + 1] = buf_offsets[c] + unpred_bytes[c] + 2 * n_syms[c] + rans.STATE_BYTES * LANES + 4
+    return unpred_bytes, buf_offsets
+
+
+@njit(nogil=True, cache=True)
 def chunk_lengths(n_rans, n_raw, unpred_bytes):
     """Bytes of each chunk: ``varint n_rans | varint n_raw | rANS bytes | raw bits |
-    unpredictable values`` (int64 arrays of the chunks' section sizes)."""
+    unpredictable values`` (int64 arrays of the chunks' section sizes), and where each one
+    starts in the payload (``n_chunks + 1``)."""
     out = np.empty(n_rans.shape[0], np.int64)
+    offsets = np.zeros(n_rans.shape[0] + 1, np.int64)
     for c in range(out.shape[0]):
         out[c] = varint.size(n_rans[c]) + varint.size(n_raw[c]) + n_rans[c] + n_raw[c] + unpred_bytes[c]
-    return out
+        offsets[c + 1] = offsets[c] + out[c]
+    return out, offsets
 
 
 #: :func:`analyze`, :func:`encode`, :func:`assemble` or their serial variants (small levels).
 runner = serial_runner(analyze, encode, assemble)
 
-__all__ = ["analyze", "assemble", "chunk_lengths", "encode", "grouped_counts", "level_tables", "runner"]
+__all__ = ["analyze", "assemble", "buffer_layout", "chunk_lengths", "encode", "grouped_counts", "layout",
+           "level_tables", "runner"]

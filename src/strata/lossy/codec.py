@@ -24,7 +24,6 @@ import numpy as np
 
 from .._numba import kernel_threads, workers
 from ..container import KIND_LOSSY, Source, Writer, crc32, pack, unpack_header
-from ..entropy import rans
 from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError, UnsupportedDtypeError
 from . import chunk_encoder, chunks, exact, missing
 from . import mask as mask_coder
@@ -293,18 +292,14 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
         # the mask on the default chunk edge: its chunks pay framing and relearn the first
         # slice, so they gain nothing from the smaller chunks that serve region reads of codes
         mask_index, mask_payload = mask_coder.encode_level(miss, *level_geometry(part, level))
-    sizes = chunks.chunk_sizes(boxes, refined, base)
-    offsets = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
+    offsets, raw_offsets = chunk_encoder.layout(boxes, refined, base)
     n = int(offsets[-1])
-    n_chunks = len(sizes)
+    n_chunks = len(offsets) - 1
     syms = np.empty(n, np.uint8)
     ctxs = np.empty(n, np.uint8)
     n_syms = np.zeros(n_chunks, np.int64)
     n_workers = workers(n_chunks)
     hist = np.zeros((n_workers, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
-    raw_offsets = np.zeros(n_chunks + 1, np.int64)
-    np.cumsum(3 * sizes + 8, out=raw_offsets[1:])
     raw = np.empty(int(raw_offsets[-1]), np.uint8)
     n_raw = np.zeros(n_chunks, np.int64)
     n_unpred = np.zeros(n_chunks, np.int64)
@@ -316,26 +311,17 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     group, table_bytes, enc = chunk_encoder.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
-    unpred_bytes = n_unpred * itemsize
-    buf_offsets = np.zeros(n_chunks + 1, np.int64)
-    np.cumsum(unpred_bytes + 2 * n_syms + rans.STATE_BYTES * chunks.LANES + 4, out=buf_offsets[1:])
+    unpred_bytes, buf_offsets = chunk_encoder.buffer_layout(n_unpred, n_syms, itemsize)
     buf = np.empty(int(buf_offsets[-1]), np.uint8)
     n_rans = np.zeros(n_chunks, np.int64)
     encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
            cmap, enc, n_unpred, buf, buf_offsets, n_rans, coder, n_workers)
-    lens = chunk_encoder.chunk_lengths(n_rans, n_raw, unpred_bytes)
-    out_offsets = np.zeros(n_chunks + 1, np.int64)
-    np.cumsum(lens, out=out_offsets[1:])
+    lens, out_offsets = chunk_encoder.chunk_lengths(n_rans, n_raw, unpred_bytes)
     payload = np.empty(int(out_offsets[-1]), np.uint8)
     assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, unpred_bytes, payload, out_offsets)
-    w = Writer().u8(coder << 4 | group).u8(tile.bit_length() - 1).blob(table_bytes).varint(n_chunks)
-    for ln in lens:
-        w.varint(int(ln))
     pay = payload.tobytes()
-    view = memoryview(pay)
-    for c in range(n_chunks):
-        w.u32(crc32(view[out_offsets[c]:out_offsets[c + 1]]))
-    head = w.getvalue()
+    head = (Writer().u8(coder << 4 | group).u8(tile.bit_length() - 1).blob(table_bytes).varint(n_chunks)
+            .varints(lens).crcs(pay, out_offsets).getvalue())
     return head + struct.pack("<I", crc32(head)), mask_index, mask_payload, pay
 
 

@@ -342,13 +342,7 @@ def encode_level(missing: np.ndarray, shape, stride, refined, base, boxes) -> tu
     out = np.empty(int(out_offsets[-1]), np.uint8)
     _assemble(modes, buf, buf_offsets, n_bytes, out, out_offsets)
     payload = out.tobytes()
-    w = Writer().varint(n_chunks)
-    for ln in lens.tolist():
-        w.varint(ln)
-    view = memoryview(payload)
-    for c in range(n_chunks):
-        w.u32(crc32(view[out_offsets[c]:out_offsets[c + 1]]))
-    index = w.getvalue()
+    index = Writer().varint(n_chunks).varints(lens).crcs(payload, out_offsets).getvalue()
     return index + struct.pack("<I", crc32(index)), payload
 
 

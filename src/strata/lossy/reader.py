@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._numba import kernel_threads, workers
-from ..container import KIND_LOSSY, Source, SourceLike, check_crc, checked_body, unpack_header
+from ..container import KIND_LOSSY, Source, SourceLike, checked_body, crc32_parts, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import chunk_decoder, chunks, exact, mask, missing
 from . import metadata as meta
@@ -679,11 +679,13 @@ class LossyReader:
                 k += 1
             a, b = offsets[id_list[j]], offsets[id_list[k] + 1]
             data = self._src.read(offset + a, b - a, what)
-            for c in id_list[j:k + 1]:
-                s0, s1 = offsets[c] - a, offsets[c + 1] - a
-                check_crc(data[s0:s1], crcs[c], f"{what} {c}")
-                starts.append(pos + s0)
-                ends.append(pos + s1)
+            local = [o - a for o in offsets[id_list[j]:id_list[k] + 2]]
+            bad = np.flatnonzero(crc32_parts(data, local) != np.array(crcs[id_list[j]:id_list[k] + 1], np.uint32))
+            if bad.size:
+                raise CorruptStreamError(f"checksum mismatch in {what} {id_list[j] + int(bad[0])}: the stream is "
+                                         "corrupted")
+            starts += [pos + o for o in local[:-1]]
+            ends += [pos + o for o in local[1:]]
             parts.append(data)
             pos += b - a
             j = k + 1

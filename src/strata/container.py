@@ -56,11 +56,11 @@ def crc32(data) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
 
-def crc32_parts(data, offsets) -> np.ndarray:
-    """CRC-32 of each part ``data[offsets[i]:offsets[i + 1]]`` (uint32 array, ``len(offsets) - 1``)."""
+def crc32_parts(data, offsets) -> list[int]:
+    """CRC-32 of each part ``data[offsets[i]:offsets[i + 1]]`` (``len(offsets) - 1`` of them)."""
     view = memoryview(data)
-    o = offsets.tolist() if isinstance(offsets, np.ndarray) else list(offsets)
-    return np.array([zlib.crc32(view[a:b]) for a, b in zip(o, o[1:])], np.uint32)
+    o = offsets.tolist() if isinstance(offsets, np.ndarray) else offsets
+    return [zlib.crc32(view[a:b]) for a, b in zip(o, o[1:])]
 
 
 def check_crc(data, expected: int, what: str) -> None:
@@ -216,14 +216,15 @@ class Writer:
 
     def varints(self, values) -> Writer:
         """The varints of ``values`` (integers >= 0, below ``2**56``) one after another."""
-        v = np.asarray(values, np.int64)
-        if v.size and v.min() < 0:
+        out = put_many(np.asarray(values, np.int64))
+        if out is None:
             raise ValueError("varint must be non-negative")
-        return self.raw(put_many(v).tobytes())
+        return self.raw(out.tobytes())
 
     def crcs(self, data, offsets) -> Writer:
         """The CRC-32 of each part of ``data`` (:func:`crc32_parts`), each as :meth:`u32`."""
-        return self.raw(crc32_parts(data, offsets).astype("<u4").tobytes())
+        crcs = crc32_parts(data, offsets)
+        return self.raw(struct.pack(f"<{len(crcs)}I", *crcs))
 
     def raw(self, b) -> Writer:
         self.buf += b

@@ -29,11 +29,13 @@ def put(out, pos, v):
 
 @njit(nogil=True, cache=True)
 def put_many(values):
-    """The varints of ``values`` (int64, each >= 0 and below ``2**56``), one after another
-    (uint8 array)."""
+    """The varints of ``values`` (int64, below ``2**56``), one after another (uint8 array);
+    None if a value is negative."""
     out = np.empty(MAX_BYTES * values.shape[0], np.uint8)
     pos = 0
     for v in values:
+        if v < 0:
+            return None
         pos = put(out, pos, v)
     return out[:pos]
 

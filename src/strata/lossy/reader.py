@@ -680,10 +680,10 @@ class LossyReader:
             a, b = offsets[id_list[j]], offsets[id_list[k] + 1]
             data = self._src.read(offset + a, b - a, what)
             local = [o - a for o in offsets[id_list[j]:id_list[k] + 2]]
-            bad = np.flatnonzero(crc32_parts(data, local) != np.array(crcs[id_list[j]:id_list[k] + 1], np.uint32))
-            if bad.size:
-                raise CorruptStreamError(f"checksum mismatch in {what} {id_list[j] + int(bad[0])}: the stream is "
-                                         "corrupted")
+            got = crc32_parts(data, local)
+            if got != crcs[id_list[j]:id_list[k] + 1]:
+                c = next(i for i, (x, y) in enumerate(zip(got, crcs[id_list[j]:])) if x != y) + id_list[j]
+                raise CorruptStreamError(f"checksum mismatch in {what} {c}: the stream is corrupted")
             starts += [pos + o for o in local[:-1]]
             ends += [pos + o for o in local[1:]]
             parts.append(data)

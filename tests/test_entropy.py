@@ -235,5 +235,6 @@ def test_varints_and_part_checksums_match_the_one_at_a_time_writer(values, data,
     for a, b in zip(offsets, offsets[1:]):
         one.u32(zlib.crc32(data[a:b]))
     assert Writer().crcs(data, np.array(offsets)).getvalue() == one.getvalue()
-    with pytest.raises(ValueError):
-        Writer().varints([1, -1])
+    for bad in (-1, 2**56):
+        with pytest.raises(ValueError):
+            Writer().varints([1, bad])

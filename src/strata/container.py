@@ -218,7 +218,7 @@ class Writer:
         """The varints of ``values`` (integers >= 0, below ``2**56``) one after another."""
         out = put_many(np.asarray(values, np.int64))
         if out is None:
-            raise ValueError("varint must be non-negative")
+            raise ValueError("varints must be >= 0 and below 2**56")
         return self.raw(out.tobytes())
 
     def crcs(self, data, offsets) -> Writer:

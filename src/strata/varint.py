@@ -29,12 +29,12 @@ def put(out, pos, v):
 
 @njit(nogil=True, cache=True)
 def put_many(values):
-    """The varints of ``values`` (int64, below ``2**56``), one after another (uint8 array);
-    None if a value is negative."""
+    """The varints of ``values`` (int64), one after another (uint8 array); None if a value is
+    negative or not below ``2**56`` (longer than :data:`MAX_BYTES`, which the readers refuse)."""
     out = np.empty(MAX_BYTES * values.shape[0], np.uint8)
     pos = 0
     for v in values:
-        if v < 0:
+        if v < 0 or v >= np.int64(1) << (7 * MAX_BYTES):
             return None
         pos = put(out, pos, v)
     return out[:pos]

@@ -227,6 +227,10 @@ def grid_bits(step_hist, n_steps, origin, n_points, value_bits):
     return _bits(hist, np.full(1, np.float64(n_points)), value_bits)
 
 
+#: Counts below which :func:`_histogram` keeps four interleaved copies.
+_SMALL = 16
+
+
 @njit(nogil=True, cache=True)
 def _histogram(codes, flat, has_missing, shape, rows, hist):
     """Add the codes of each pass of the geometry ``rows`` (:func:`strata.lossy.predict.geometry_rows`)
@@ -258,10 +262,6 @@ def _histogram(codes, flat, has_missing, shape, rows, hist):
                     idx += st2
         for b in range(_SMALL):
             out[b] += small[0, b] + small[1, b] + small[2, b] + small[3, b]
-
-
-#: Counts below which :func:`_histogram` keeps four interleaved copies.
-_SMALL = 16
 
 
 def plan(shape3, settings, boxes):

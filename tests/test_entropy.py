@@ -19,6 +19,7 @@ from strata.entropy.binning import (
     MAX_OCTAVE,
     from_symbol,
     to_symbol,
+    to_symbol_flat,
     to_symbol_reference,
     unzigzag,
     zigzag,
@@ -55,6 +56,23 @@ def test_binning_round_trip(zs):
     assert np.all(ex < (1 << nb))
     ref_sym, ref_nb, ref_ex = to_symbol_reference(z)
     assert np.array_equal(sym, ref_sym) and np.array_equal(nb, ref_nb) and np.array_equal(ex, ref_ex)
+
+
+@njit
+def _bin_flat_differences(n):
+    """Values below ``n`` where the branch-free binning differs from :func:`to_symbol`."""
+    bad = 0
+    for z in range(n):
+        a = to_symbol(z)
+        b = to_symbol_flat(np.int64(z))
+        bad += a[0] != b[0] or a[1] != b[1] or a[2] != b[2]
+    return bad
+
+
+def test_branch_free_binning_is_the_binning():
+    """The chunk analysis bins dense chunks by arithmetic alone; every value the binning takes
+    (below 2**MAX_OCTAVE) gets the same symbol, raw bit count and raw bits as to_symbol."""
+    assert _bin_flat_differences(1 << MAX_OCTAVE) == 0
 
 
 def test_binning_small_values_are_direct():

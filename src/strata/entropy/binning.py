@@ -48,6 +48,18 @@ def to_symbol(z):
 
 
 @njit(inline="always")
+def to_symbol_flat(z):
+    """:func:`to_symbol` by arithmetic alone: ``(symbol, n_extra_bits, extra_bits)``; no
+    select either, which compilers may turn back into a branch."""
+    t = z >> 4  # (DIRECT = 16)
+    big = (-t) >> 63  # all ones when z >= DIRECT, else 0
+    e_t = 63 - leading_zeros(np.uint64(t | 1))
+    nb = (e_t + 2) & big
+    sym = ((DIRECT + 4 * e_t + ((z >> nb) & 3)) & big) | (z & ~big)
+    return sym, nb, z & ((np.int64(1) << nb) - 1)
+
+
+@njit(inline="always")
 def extra_bits(sym):
     """Number of raw bits following ``sym``."""
     if sym < DIRECT:

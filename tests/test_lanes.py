@@ -159,3 +159,23 @@ def test_the_decoders_arithmetic_table_is_the_groupings_table(group):
     (a loop that vectorizes) instead of looking it up: the same table as the grouping's map
     for each of the 27 contexts, under every grouping a level head can name."""
     assert np.array_equal(_tables_of(chunks.GROUPS[group]), chunks.GROUPS[group])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unpredictable_values_in_few_and_in_many_per_chunk(dtype):
+    """The coder copies a chunk's unpredictable values from the places the analysis kept, or,
+    past UNPRED_SLOTS of them, finds them again by a walk over the chunk: both come back exact,
+    every other value within the bound."""
+    from strata.lossy.chunk_encoder import UNPRED_SLOTS
+
+    rng = np.random.default_rng(7)
+    a = np.cumsum(np.cumsum(rng.standard_normal((64, 64, 64)), axis=0), axis=2).astype(dtype)
+    spikes = np.zeros(a.shape, bool)
+    spikes[rng.integers(0, 32, 3), rng.integers(0, 32, 3), rng.integers(0, 32, 3)] = True  # one corner: few
+    n_many = 4 * UNPRED_SLOTS
+    spikes[rng.integers(33, 64, n_many), rng.integers(33, 64, n_many), rng.integers(33, 64, n_many)] = True
+    a[spikes] = dtype(1e30)
+    eb = 1e-3
+    y = strata.decompress(strata.compress(a, abs_error=eb))
+    assert np.array_equal(y[spikes], a[spikes])
+    assert np.abs(y[~spikes].astype(np.float64) - a[~spikes].astype(np.float64)).max() <= eb

@@ -34,6 +34,11 @@ from .quantize import RADIUS, UNPREDICTABLE
 #: 3.9; at 0.16 (ns3d192 1e-4, finest) the branch is cheaper, 3.5 against 4.2.
 DENSE_RAW_BITS = 0.25
 
+#: Unpredictable values per chunk whose places :func:`analyze` keeps for :func:`encode`, which
+#: otherwise walks the chunk's codes again to find them (era5_t2m at 1e-4 has 10-28 in every
+#: chunk of its finest level: the walk was a quarter of the rANS coding pass).
+UNPRED_SLOTS = 32
+
 #: Rows of a chunk (along axis 1) ahead of the row being analysed whose codes
 #: :func:`analyze` prefetches: a chunk's rows lie far apart in the codes array, too far apart
 #: for the hardware prefetchers, and each row of the finest levels reads its own cache lines
@@ -55,7 +60,7 @@ def _prefetch_row(codes, idx, h2, d1, d2):
 
 @njit(parallel=True, nogil=True, cache=True)
 def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw,
-            raw_offsets, n_raw, n_unpred, coder, n_workers):
+            raw_offsets, n_raw, n_unpred, unpred_at, coder, n_workers):
     """Symbols, contexts, raw bits and histograms of every chunk of a level (encoder, pass 1).
 
     ``syms``/``ctxs`` (uint8, level points in chunk order, from ``offsets[c]``) receive each
@@ -65,7 +70,8 @@ def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, 
     ``hist[w, ctx, sym]`` (int64, ``w < n_workers``) accumulates the counts of the
     chunks worker ``w`` handled; ``raw[raw_offsets[c]:]`` the raw bits of
     chunk ``c`` (``n_raw[c]`` bytes; room for 3 bytes per point); ``n_unpred[c]`` its number
-    of unpredictable values.
+    of unpredictable values and ``unpred_at[c]`` (int64, ``UNPRED_SLOTS``) the places in
+    ``codes`` of the first of them, in coding order.
     """
     d0, d1, d2 = grid_steps(shape, stride)
     # chunks differ in cost: each worker takes every n_workers-th chunk
@@ -81,10 +87,10 @@ def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, 
             # (True, False: literals, so each call gets its own compiled loop without the other's path)
             if dense:
                 nu, n_out, ns = _analyze_chunk(codes, missing, mags, syms[k0:], ctxs[k0:], local,
-                                               raw[raw_offsets[c]:], g, coder, True)
+                                               raw[raw_offsets[c]:], unpred_at[c], g, coder, True)
             else:
                 nu, n_out, ns = _analyze_chunk(codes, missing, mags, syms[k0:], ctxs[k0:], local,
-                                               raw[raw_offsets[c]:], g, coder, False)
+                                               raw[raw_offsets[c]:], unpred_at[c], g, coder, False)
             dense = 8 * n_out >= DENSE_RAW_BITS * ns
             n_syms[c] = ns
             n_raw[c] = n_out
@@ -92,7 +98,7 @@ def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, 
 
 
 @njit(nogil=True, _nrt=False)
-def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, g, coder, dense):
+def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, unpred_at, g, coder, dense):
     """One chunk of :func:`analyze` (box ``g``, :data:`~strata.lossy.chunks.ChunkBox`): returns
     ``(unpredictable values, raw bytes written, symbols)``; missing points get no symbol (their
     class stays 0). ``dense``: bin every code by arithmetic alone
@@ -130,6 +136,8 @@ def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, g, coder, dense
                 code = np.int64(codes[idx])
                 if code == UNPREDICTABLE:
                     sym = ESCAPE
+                    if nu < unpred_at.shape[0]:
+                        unpred_at[nu] = idx
                     nu += 1
                 else:
                     z = zigzag(code - RADIUS)
@@ -155,12 +163,14 @@ def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, g, coder, dense
 
 @njit(parallel=True, nogil=True, cache=True)
 def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
-           ctxmap, enc, n_unpred, buf, buf_offsets, n_rans, coder, n_workers):
+           ctxmap, enc, n_unpred, unpred_at, buf, buf_offsets, n_rans, coder, n_workers):
     """rANS-code every chunk (encoder, pass 2).
 
     Chunk ``c`` is written to ``buf[buf_offsets[c]:buf_offsets[c + 1]]`` as
     ``unpredictable values | (gap) | rANS bytes``, the rANS bytes ending at the region's end;
-    ``n_rans[c]`` receives their length (see :func:`assemble`).
+    ``n_rans[c]`` receives their length (see :func:`assemble`). The unpredictable values are
+    read at the places :func:`analyze` kept (``unpred_at``), or found again by a walk over the
+    chunk's codes when there are more than ``UNPRED_SLOTS``.
     """
     d0, d1, d2 = grid_steps(shape, stride)
     flat = enc.ravel()
@@ -170,7 +180,13 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
         states = np.empty(LANES, np.int64)
         for c in range(w, boxes.shape[0], n_workers):
             pos = buf_offsets[c]
-            if n_unpred[c] > 0:
+            if 0 < n_unpred[c] <= UNPRED_SLOTS:
+                for u in range(n_unpred[c]):
+                    o = np.uint64(unpred_at[c, u]) * np.uint64(itemsize)
+                    for j in range(itemsize):
+                        buf[pos] = orig_bytes[o + np.uint64(j)]
+                        pos += 1
+            elif n_unpred[c] > 0:
                 g = chunk_box(boxes[c], d0, d1, d2, refined, base)
                 for a in range(g.h0):
                     for b in range(g.h1):

@@ -303,11 +303,12 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     raw = np.empty(int(raw_offsets[-1]), np.uint8)
     n_raw = np.zeros(n_chunks, np.int64)
     n_unpred = np.zeros(n_chunks, np.int64)
+    unpred_at = np.empty((n_chunks, chunk_encoder.UNPRED_SLOTS), np.int64)
     small = n < chunks.SERIAL_POINTS
     analyze, encode, assemble = (chunk_encoder.runner(k, small)
                                  for k in (chunk_encoder.analyze, chunk_encoder.encode, chunk_encoder.assemble))
     analyze(codes, miss, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw, raw_offsets,
-            n_raw, n_unpred, coder, n_workers)
+            n_raw, n_unpred, unpred_at, coder, n_workers)
     group, table_bytes, enc = chunk_encoder.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
@@ -315,7 +316,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
     buf = np.empty(int(buf_offsets[-1]), np.uint8)
     n_rans = np.zeros(n_chunks, np.int64)
     encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
-           cmap, enc, n_unpred, buf, buf_offsets, n_rans, coder, n_workers)
+           cmap, enc, n_unpred, unpred_at, buf, buf_offsets, n_rans, coder, n_workers)
     lens, out_offsets = chunk_encoder.chunk_lengths(n_rans, n_raw, unpred_bytes)
     payload = np.empty(int(out_offsets[-1]), np.uint8)
     assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, unpred_bytes, payload, out_offsets)

@@ -182,10 +182,7 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
             pos = buf_offsets[c]
             if 0 < n_unpred[c] <= UNPRED_SLOTS:
                 for u in range(n_unpred[c]):
-                    o = np.uint64(unpred_at[c, u]) * np.uint64(itemsize)
-                    for j in range(itemsize):
-                        buf[pos] = orig_bytes[o + np.uint64(j)]
-                        pos += 1
+                    pos = _put_value(buf, pos, orig_bytes, np.uint64(unpred_at[c, u]), itemsize)
             elif n_unpred[c] > 0:
                 g = chunk_box(boxes[c], d0, d1, d2, refined, base)
                 for a in range(g.h0):
@@ -195,10 +192,7 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
                             continue
                         for _ in range(f, g.lo2 + g.h2, st):
                             if codes[idx] == UNPREDICTABLE:
-                                o = idx * np.uint64(itemsize)
-                                for j in range(itemsize):
-                                    buf[pos] = orig_bytes[o + np.uint64(j)]
-                                    pos += 1
+                                pos = _put_value(buf, pos, orig_bytes, idx, itemsize)
                             idx += step
             k0 = offsets[c]
             k1 = k0 + n_syms[c]
@@ -207,6 +201,17 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
                                                 states)
             else:
                 n_rans[c] = _encode_chunk(syms[k0:k1], ctxs[k0:k1], ctxmap, flat, n_s, buf[:buf_offsets[c + 1]])
+
+
+@njit(inline="always")
+def _put_value(buf, pos, orig_bytes, idx, itemsize):
+    """Copy the bytes of the value at ``idx`` (``uint64``) of the data (``orig_bytes``, values of
+    ``itemsize`` bytes) to ``buf[pos:]``; returns the position after them."""
+    o = idx * np.uint64(itemsize)
+    for j in range(itemsize):
+        buf[pos] = orig_bytes[o + np.uint64(j)]
+        pos += 1
+    return pos
 
 
 @njit(nogil=True, _nrt=False)

@@ -25,7 +25,7 @@ from numba import njit
 from .header import step_bounds
 from .missing import NO_MISSING
 from .partition import Box, Partition, as_3d_shape
-from .predict import _first, count_points, encode_origin, encode_passes, geometry_rows
+from .predict import _count, _first, count_points, encode_origin, encode_passes, geometry_rows
 from .quantize import RADIUS, UNPREDICTABLE
 
 
@@ -244,7 +244,7 @@ def _histogram(codes, flat, has_missing, shape, rows, hist):
         out = hist[rows[p, 14]]
         st2 = np.uint64(rows[p, 7])
         f2 = _first(rows[p, 4], rows[p, 7], rows[p, 10])
-        n = max(0, (rows[p, 13] - 1 - f2) // rows[p, 7] + 1)
+        n = _count(f2, rows[p, 7], rows[p, 13])
         small[:] = 0
         k = np.uint64(0)
         for i0 in range(_first(rows[p, 2], rows[p, 5], rows[p, 8]), rows[p, 11], rows[p, 5]):

@@ -1,4 +1,4 @@
-"""Throughput of strata.comm's quantization kernels on this CPU (PyTorch ops, no custom kernels).
+"""Throughput of strata.comm's quantization kernels on this CPU or a GPU (PyTorch ops, no custom kernels).
 
 For each operation the median wall time over ``--repeats`` runs on ``--numel`` fp32 values is converted to GB/s of
 fp32 data (``4 * numel / time``: the bytes a quantizer reads, or a dequantizer writes), so the figures plug into
@@ -8,10 +8,12 @@ dequantization, the 32-point Hadamard transform and its inverse, int4 packing an
 steps of the two-level reduce-scatter done with these ops (Hadamard + int8 quantize; dequantize + sum + int4
 requantize of 2 received copies).
 
-Writes ``comm_quant_throughput.json`` and ``.md`` to ``--out`` (atomically). Run from the repository root::
+Writes ``comm_quant_throughput.json`` and ``.md`` to ``--out`` (atomically; ``comm_quant_throughput_cuda.*`` with
+``--device cuda``, each timing up to the end of the GPU's work). Run from the repository root::
 
     .venv/bin/python benchmarks/comm_quant_throughput.py                 # 1 thread, 4M values
     .venv/bin/python benchmarks/comm_quant_throughput.py --threads 2 --numel 16777216
+    .venv/bin/python benchmarks/comm_quant_throughput.py --device cuda --numel 268435456
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def operations(x: torch.Tensor, gen: torch.Generator) -> dict:
     q4w = quantize(x, 4, 2048, generator=gen)
     q4g = quantize(x, 4, 128, generator=gen)
     q8g = quantize(x, 8, 128, generator=gen)
-    codes = torch.randint(-7, 8, (x.numel(),), generator=gen).to(torch.int8)
+    codes = torch.randint(-7, 8, (x.numel(),), generator=gen, device=x.device).to(torch.int8)
     packed = pack_int4(codes)
     two = torch.cat([x, x])  # two received copies of a chunk
 
@@ -66,28 +68,38 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--numel", type=int, default=1 << 22, help="fp32 values per call (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=7, help="timed runs per operation (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device of the data, e.g. cuda (default: %(default)s)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)  # now, not after a long run
     torch.set_num_threads(args.threads)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(args.numel, generator=gen) * 0.02
+    device = torch.device(args.device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(args.numel, generator=gen, device=device) * 0.02
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     rows = {}
-    for name, fn in operations(x, gen).items():
+    for name, op in operations(x, gen).items():
+        def fn(op=op):
+            out = op()
+            sync()  # a GPU kernel is timed to its end, not to its launch
+            return out
         fn()  # warm-up
         t, _ = timed(fn, args.repeats)
         gbps = 4 * args.numel / t / 1e9
         rows[name] = {"seconds": t, "gb_per_s": round(gbps, 3), "values_per_s": round(args.numel / t)}
         print(f"{name:70s} {gbps:7.2f} GB/s  ({t * 1e3:.1f} ms)", flush=True)
-    report = {"numel": args.numel, "threads": args.threads, "repeats": args.repeats, "machine": machine(),
+    where = "" if device.type == "cpu" else f", device {torch.cuda.get_device_name(device)}"
+    report = {"numel": args.numel, "threads": args.threads, "device": str(device), "repeats": args.repeats,
+              "machine": machine(),
               "torch": torch.__version__, "unit": "GB/s of fp32 values (4 bytes per value), median wall time",
               "operations": rows}
-    md = [f"Quantization kernels on {machine()}, torch {torch.__version__}, {args.threads} thread(s), "
+    md = [f"Quantization kernels on {machine()}{where}, torch {torch.__version__}, {args.threads} thread(s), "
           f"{args.numel} fp32 values per call (GB/s of fp32 data, median of {args.repeats}).", "",
           "| operation | GB/s | ms |", "|---|---|---|"]
     md += [f"| {k} | {v['gb_per_s']:.2f} | {v['seconds'] * 1e3:.1f} |" for k, v in rows.items()]
-    atomic_write(args.out / "comm_quant_throughput.json", json.dumps(report, indent=1) + "\n")
-    atomic_write(args.out / "comm_quant_throughput.md", "\n".join(md) + "\n")
+    stem = "comm_quant_throughput" + ("" if device.type == "cpu" else f"_{device.type}")
+    atomic_write(args.out / f"{stem}.json", json.dumps(report, indent=1) + "\n")
+    atomic_write(args.out / f"{stem}.md", "\n".join(md) + "\n")
     return report
 
 

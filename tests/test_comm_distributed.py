@@ -38,9 +38,11 @@ from strata.comm.quantize import qmax  # noqa: E402
 DEADLINE_S = 240  # per spawned test; a collective that waits longer than 60 s raises in the workers
 
 
-def _entry(rank: int, fn, world: int, rdzv: str, args: tuple) -> None:
+def _entry(rank: int, fn, world: int, rdzv: str, args: tuple, backend: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{rdzv}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
     try:
         fn(rank, world, *args)
@@ -59,8 +61,9 @@ def _entry(rank: int, fn, world: int, rdzv: str, args: tuple) -> None:
         dist.destroy_process_group()
 
 
-def spawn(fn, world: int, tmp_path, *args) -> None:
-    ctx = mp.start_processes(_entry, args=(fn, world, str(tmp_path / "rdzv"), args), nprocs=world, join=False,
+def spawn(fn, world: int, tmp_path, *args, backend: str = "gloo") -> None:
+    """Run ``fn(rank, world, *args)`` on ``world`` ranks of a ``backend`` process group (nccl: one GPU per rank)."""
+    ctx = mp.start_processes(_entry, args=(fn, world, str(tmp_path / "rdzv"), args, backend), nprocs=world, join=False,
                              start_method="spawn")
     deadline = time.monotonic() + DEADLINE_S
     while not ctx.join(timeout=1.0):  # raises ProcessRaisedException with the worker's traceback
@@ -233,9 +236,9 @@ class TinyNet(torch.nn.Module):
         return self.head(torch.nn.functional.gelu(self.norm(self.emb(x))))
 
 
-def make_net_and_optimizer(lr: float = 3e-2):
+def make_net_and_optimizer(lr: float = 3e-2, device: str = "cpu"):
     torch.manual_seed(123)
-    net = TinyNet()
+    net = TinyNet().to(device)
     decay = [p for p in net.parameters() if p.dim() >= 2]
     no_decay = [p for p in net.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -306,6 +309,7 @@ def worker_sharded_training(rank: int, world: int) -> None:
 
 
 def worker_fsdp2(rank: int, world: int) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     topo = build_topology(2)
@@ -328,9 +332,11 @@ def worker_fsdp2(rank: int, world: int) -> None:
     torch.manual_seed(0)
     net = TinyNet()
     mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    # a CPU mesh named explicitly: by default fully_shard places the module on the GPU where one is visible
+    mesh = init_device_mesh("cpu", (world,))
     for m in (net.emb, net.head):
-        fully_shard(m, mp_policy=mp_policy, reshard_after_forward=False)
-    fully_shard(net, mp_policy=mp_policy, reshard_after_forward=False)
+        fully_shard(m, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=False)
+    fully_shard(net, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=False)
     stats = CommStats()
     comms = apply_fsdp2_comm([net.emb, net.head, net], cfg, topo, stats, seed=1)
     assert sum(isinstance(c, QuantizedAllGather) for c in comms) == 3

@@ -175,11 +175,22 @@ def _peers(group, topo: Topology) -> tuple[int, int, int]:
     return size, topo.ranks_per_node - 1, topo.world_size - topo.ranks_per_node
 
 
+def _collective(name: str, before_2_13: str):
+    """torch.distributed's collective ``name``, which torch before 2.13 calls ``before_2_13`` (that name is
+    deprecated from 2.13 on; CUDA builds of earlier torch versions are common on GPU machines)."""
+    return getattr(dist, name, None) or getattr(dist, before_2_13)
+
+
+def all_gather_single(out: torch.Tensor, inp: torch.Tensor, group=None) -> None:
+    """Every rank's equal-sized ``inp`` into ``out`` (``world * inp.numel()`` elements, in rank order)."""
+    _collective("all_gather_single", "all_gather_into_tensor")(out, inp, group=group)
+
+
 def all_gather_counted(out: torch.Tensor, inp: torch.Tensor, group, topo: Topology, stats: CommStats | None,
                        name: str, elements: int) -> None:
-    """``dist.all_gather_single(out, inp, group)``, recording ``inp``'s bytes once per peer (carrying ``elements``
-    values)."""
-    dist.all_gather_single(out, inp, group=group)
+    """:func:`all_gather_single` of ``inp`` into ``out``, recording ``inp``'s bytes once per peer (carrying
+    ``elements`` values)."""
+    all_gather_single(out, inp, group=group)
     if stats is not None:
         _, intra, inter = _peers(group, topo)
         stats.record(name, bytes_per_peer=inp.numel() * inp.element_size(), elements_per_peer=elements,
@@ -262,7 +273,7 @@ def reduce_scatter_plain(flat: torch.Tensor, topo: Topology, cfg: CommConfig, st
     s = _check_flat(flat, topo, 1)
     x = flat.to(torch_dtype(cfg.grad_dtype)).contiguous()
     out = torch.empty(s, dtype=x.dtype, device=x.device)
-    dist.reduce_scatter_single(out, x, op=dist.ReduceOp.SUM)
+    _collective("reduce_scatter_single", "reduce_scatter_tensor")(out, x, op=dist.ReduceOp.SUM)
     if stats is not None:
         _, intra, inter = _peers(None, topo)
         stats.record(name, bytes_per_peer=s * x.element_size(), elements_per_peer=s, intra_peers=intra,

@@ -35,7 +35,15 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import FormatError, InvalidInputError, UnsupportedDtypeError
-from .collectives import CommStats, Topology, WeightAllGather, build_topology, reduce_scatter, torch_dtype
+from .collectives import (
+    CommStats,
+    Topology,
+    WeightAllGather,
+    all_gather_single,
+    build_topology,
+    reduce_scatter,
+    torch_dtype,
+)
 from .config import CommConfig
 
 #: ``"format"`` of :meth:`ShardedOptimizer.state_dict` and of checkpoint manifests.
@@ -410,7 +418,7 @@ class ShardedOptimizer:
     @torch.no_grad()
     def _apply(self, state: dict) -> None:
         own = state["replica"].to(device=self.replica.device).contiguous()
-        dist.all_gather_single(self.replica, own)  # restores the replica bit for bit (not counted in stats)
+        all_gather_single(self.replica, own)  # restores the replica bit for bit (not counted in stats)
         self.master.copy_(state["master"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"].to("cpu").contiguous())

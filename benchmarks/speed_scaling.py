@@ -8,7 +8,9 @@ runs every codec and thread count once, so load drifts hit all alike), ns per va
 checked to be byte-identical at every thread count and every decoded value within the bound.
 
 Writes ``benchmarks/results/speed_scaling_<N>t.{md,json}`` (N: the largest thread count). Meant for machines of
-many cores (the project's 2-core CI machine gives only the 1- and 2-thread columns of speed_per_core.py).
+many cores (the project's 2-core CI machine gives only the 1- and 2-thread columns of speed_per_core.py). The
+tables name the OpenMP wait policy and allocator settings in effect (on a virtual machine, OpenMP threads that
+spin between parallel regions can get their virtual CPUs descheduled: ``OMP_WAIT_POLICY=PASSIVE``).
 
     .venv/bin/python benchmarks/speed_scaling.py [--repeats 5] [--threads 1,2,4,8,16]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -67,7 +70,9 @@ def per_field(path: Path, rels, threads: list[int], repeats: int) -> list[dict]:
 
 def markdown(res: dict) -> str:
     threads = res["threads"]
-    m = [f"Machine: {res['machine']}; numba threading layer {res['layer']}. SZ3 (pysz, no OpenMP in its build) on "
+    env = ", ".join(f"{k}={v}" for k, v in res["env"].items()) or "none set"
+    m = [f"Machine: {res['machine']}; numba threading layer {res['layer']}; thread-related settings: {env}. "
+         "SZ3 (pysz, no OpenMP in its build) on "
          f"1 thread; strata on {', '.join(map(str, threads))} threads (`numba.set_num_threads`); medians of "
          f"{res['repeats']} interleaved rounds; absolute bound = rel x value range for both; the same stream, byte "
          "for byte, at every thread count.", "",
@@ -106,7 +111,8 @@ def main(argv=None) -> int:
     for n in threads:
         gm[str(n)] = {f"{ref}_{op}": geomean(r["ns"][f"{base}_{op}"] / r["ns"][f"{n}_{op}"] for r in cases)
                       for ref, base in (("sz3", "sz3"), ("one", "1")) for op in ("c", "d")}
-    res = dict(machine=machine(), layer=numba.threading_layer(), repeats=args.repeats, threads=threads,
+    env = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "GLIBC_TUNABLES") if k in os.environ}
+    res = dict(machine=machine(), layer=numba.threading_layer(), env=env, repeats=args.repeats, threads=threads,
                cases=cases, geomean=gm)
     text = markdown(res)
     print(text)

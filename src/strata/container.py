@@ -29,6 +29,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from .checksum import crc32_parts
 from .errors import CorruptStreamError, FormatError, ResourceLimitError, TruncatedStreamError
 from .varint import put_many
 
@@ -54,13 +55,6 @@ SourceLike = bytes | bytearray | memoryview | str | os.PathLike | BinaryIO
 
 def crc32(data) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
-
-
-def crc32_parts(data, offsets) -> list[int]:
-    """CRC-32 of each part ``data[offsets[i]:offsets[i + 1]]`` (``len(offsets) - 1`` of them)."""
-    view = memoryview(data)
-    o = offsets.tolist() if isinstance(offsets, np.ndarray) else offsets
-    return [zlib.crc32(view[a:b]) for a, b in zip(o, o[1:])]
 
 
 def check_crc(data, expected: int, what: str) -> None:
@@ -223,8 +217,7 @@ class Writer:
 
     def crcs(self, data, offsets) -> Writer:
         """The CRC-32 of each part of ``data`` (:func:`crc32_parts`), each as :meth:`u32`."""
-        crcs = crc32_parts(data, offsets)
-        return self.raw(struct.pack(f"<{len(crcs)}I", *crcs))
+        return self.raw(crc32_parts(data, offsets).astype("<u4").tobytes())
 
     def raw(self, b) -> Writer:
         self.buf += b

@@ -346,7 +346,7 @@ def encode_level(missing: np.ndarray, shape, stride, refined, base, boxes) -> tu
     return index + struct.pack("<I", crc32(index)), payload
 
 
-def parse_index(index_bytes, payload_len: int, n_chunks_expected: int) -> tuple[np.ndarray, list[int]]:
+def parse_index(index_bytes, payload_len: int, n_chunks_expected: int) -> tuple[np.ndarray, np.ndarray]:
     """Validate and parse a level's mask index.
 
     Args:
@@ -356,7 +356,7 @@ def parse_index(index_bytes, payload_len: int, n_chunks_expected: int) -> tuple[
 
     Returns:
         ``(offsets, crcs)``: int64 ``(n_chunks + 1,)`` chunk offsets in the payload, and the
-        CRC-32 of each chunk.
+        CRC-32 of each chunk (int64 ``(n_chunks,)``).
 
     Raises:
         CorruptStreamError: CRC mismatch, wrong chunk count, lengths not adding up to
@@ -383,7 +383,7 @@ def parse_index(index_bytes, payload_len: int, n_chunks_expected: int) -> tuple[
         raise CorruptStreamError(f"mask chunk lengths add up to {int(offsets[-1])}, the payload has {payload_len}")
     if pos + 4 * n != len(body):
         raise CorruptStreamError("truncated mask chunk checksums or trailing bytes in the mask index")
-    crcs = np.frombuffer(body[pos:].tobytes(), "<u4").astype(np.int64).tolist()
+    crcs = np.frombuffer(body[pos:].tobytes(), "<u4").astype(np.int64)
     return offsets, crcs
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._numba import kernel_threads, workers
-from ..container import KIND_LOSSY, Source, SourceLike, checked_body, crc32_parts, unpack_header
+from ..checksum import crc32_parts
+from ..container import KIND_LOSSY, Source, SourceLike, checked_body, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import chunk_decoder, chunks, exact, mask, missing
 from . import metadata as meta
@@ -67,8 +68,7 @@ class LevelInfo:
 class _LevelTables:
     def __init__(self, coder, cmap, tile, dtab, offsets, crcs):
         self.coder, self.cmap, self.tile, self.dtab = coder, cmap, tile, dtab
-        self.offsets, self.crcs = offsets, crcs
-        self.offset_list = offsets.tolist()
+        self.offsets, self.crcs = offsets, crcs  # int64 (n + 1,) and (n,)
 
 
 class LossyReader:
@@ -112,7 +112,7 @@ class LossyReader:
             raise TruncatedStreamError(f"stream truncated: its sections need {off} bytes, "
                                        f"it has {self._src.size}")
         self._tables: dict[int, _LevelTables] = {}
-        self._mask_index: dict[int, tuple[np.ndarray, list]] = {}
+        self._mask_index: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._metadata = None
         self._enhancement = None
         self._target = None
@@ -662,40 +662,30 @@ class LossyReader:
         if len(crcs) != expected:
             raise CorruptStreamError(f"level {lv}: {len(crcs)} chunks listed, the shape has {expected}")
         cmap = chunks.CONTEXT_GROUPS[group]
-        t = _LevelTables(coder, cmap, tile, (coder, cmap, symbols, info, zero, packed), offsets, crcs.tolist())
+        t = _LevelTables(coder, cmap, tile, (coder, cmap, symbols, info, zero, packed), offsets, crcs)
         self._tables[lv] = t
         return t
 
-    def _read_chunks(self, offset: int, offsets: list, crcs: list, ids: np.ndarray, what: str, pad: int):
-        """Read chunks ``ids`` (sorted) of a payload at ``offset`` in runs of consecutive
-        chunks, checking each one's CRC-32: ``(padded uint8 copy, starts, ends)``."""
-        id_list = ids.tolist()
-        parts, starts, ends = [], [], []
-        pos = 0
-        j = 0
-        while j < len(id_list):
-            k = j
-            while k + 1 < len(id_list) and id_list[k + 1] == id_list[k] + 1:
-                k += 1
-            a, b = offsets[id_list[j]], offsets[id_list[k] + 1]
-            data = self._src.read(offset + a, b - a, what)
-            local = [o - a for o in offsets[id_list[j]:id_list[k] + 2]]
-            got = crc32_parts(data, local)
-            if got != crcs[id_list[j]:id_list[k] + 1]:
-                c = next(i for i, (x, y) in enumerate(zip(got, crcs[id_list[j]:])) if x != y) + id_list[j]
-                raise CorruptStreamError(f"checksum mismatch in {what} {c}: the stream is corrupted")
-            starts += [pos + o for o in local[:-1]]
-            ends += [pos + o for o in local[1:]]
-            parts.append(data)
-            pos += b - a
-            j = k + 1
-        # a copy with padding: the decoders read a few bytes past a section's end (never used)
-        payload = np.zeros(pos + pad, np.uint8)
-        q = 0
-        for data in parts:
-            payload[q:q + len(data)] = np.frombuffer(data, np.uint8)
-            q += len(data)
-        return payload, np.array(starts, np.int64), np.array(ends, np.int64)
+    def _read_chunks(self, offset: int, offsets: np.ndarray, crcs: np.ndarray, ids: np.ndarray, what: str,
+                     pad: int):
+        """Read chunks ``ids`` (sorted) of a payload at ``offset`` (chunk ``i`` at
+        ``offsets[i]:offsets[i + 1]``) in runs of consecutive chunks into one padded uint8
+        copy (the decoders read a few bytes past a section's end, never used), checking each
+        chunk's CRC-32 against ``crcs[i]``: ``(payload, starts, ends)``."""
+        lens = offsets[ids + 1] - offsets[ids]
+        ends = np.cumsum(lens)
+        starts = ends - lens
+        payload = np.zeros(int(ends[-1]) + pad, np.uint8)
+        first = np.flatnonzero(np.diff(ids, prepend=-2) != 1)  # the first chunk of each run
+        last = np.append(first[1:], len(ids)) - 1
+        for f, g in zip(first.tolist(), last.tolist()):
+            a, b = int(offsets[ids[f]]), int(offsets[ids[g] + 1])
+            q = int(starts[f])
+            payload[q:q + b - a] = np.frombuffer(self._src.read(offset + a, b - a, what), np.uint8)
+        bad = np.flatnonzero(crc32_parts(payload, np.append(starts, ends[-1])) != crcs[ids])
+        if bad.size:
+            raise CorruptStreamError(f"checksum mismatch in {what} {int(ids[bad[0]])}: the stream is corrupted")
+        return payload, starts, ends
 
     def _decode_chunks(self, lv: int, ids: np.ndarray, x, codes, miss, win: Window | None = None) -> None:
         """Decode chunks ``ids`` of level ``lv`` into ``codes`` (and unpredictable values into
@@ -706,7 +696,7 @@ class LossyReader:
         entry = self.header.levels[lv]
         base = self._level_offsets[lv] + entry.head_len + entry.mask_index_len + entry.mask_len
         ids = np.sort(np.asarray(ids, dtype=np.int64))
-        payload, starts, ends = self._read_chunks(base, t.offset_list, t.crcs, ids, f"level {lv} chunk", _PAD)
+        payload, starts, ends = self._read_chunks(base, t.offsets, t.crcs, ids, f"level {lv} chunk", _PAD)
         shape, stride, refined, base_flag, boxes = _geometry(level_geometry(self._part, lv, t.tile), win)
         errors = np.zeros(len(ids), np.int64)
         small = len(ids) == 1
@@ -729,7 +719,7 @@ class LossyReader:
             index = self._src.read(self._level_offsets[lv] + entry.head_len, entry.mask_index_len,
                                    f"level {lv} mask index")
             offsets, crcs = mask.parse_index(index, entry.mask_len, len(geometry[-1]))
-            self._mask_index[lv] = (np.asarray(offsets).tolist(), crcs)
+            self._mask_index[lv] = (offsets, crcs)
         offsets, crcs = self._mask_index[lv]
         ids = np.sort(np.asarray(ids, dtype=np.int64))
         payload, starts, ends = self._read_chunks(self._level_offsets[lv] + entry.head_len + entry.mask_index_len,

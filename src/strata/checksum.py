@@ -23,6 +23,8 @@ from .errors import InvalidInputError
 
 #: Parts below which the compiled loop runs on the calling thread alone.
 SERIAL_PARTS = 64
+#: At most this many parts (plus one offset) go through :func:`zlib.crc32` from Python.
+_FEW_PARTS = 9
 
 #: Bytes zlib's ``crc32`` takes in one call (its length argument is 32-bit).
 _PIECE = 1 << 30
@@ -85,21 +87,28 @@ def crc32_parts(data, offsets) -> np.ndarray:
     Raises:
         InvalidInputError: offsets outside ``data`` or decreasing.
     """
-    buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else \
-        np.frombuffer(data, np.uint8)
+    if not isinstance(data, np.ndarray):
+        buf = np.frombuffer(data, np.uint8)
+    elif data.dtype == np.uint8 and data.ndim == 1 and data.flags.c_contiguous:
+        buf = data
+    else:
+        buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    if len(offsets) <= _FEW_PARTS:  # (a compiled call costs more than a few zlib calls)
+        o = offsets.tolist() if isinstance(offsets, np.ndarray) else [int(v) for v in offsets]
+        if o and (o[0] < 0 or o[-1] > buf.size or any(x > y for x, y in zip(o, o[1:]))):
+            raise InvalidInputError(f"part offsets must be non-decreasing within the {buf.size} bytes")
+        view = memoryview(buf)
+        return np.array([zlib.crc32(view[a:b]) for a, b in zip(o, o[1:])], np.uint32)
     o = np.ascontiguousarray(offsets, dtype=np.int64)
     n = o.shape[0] - 1
-    out = np.zeros(max(n, 0), np.uint32)
-    if n <= 0:
-        return out
     if o[0] < 0 or o[-1] > buf.size or np.any(o[1:] < o[:-1]):
         raise InvalidInputError(f"part offsets must be non-decreasing within the {buf.size} bytes")
+    out = np.zeros(n, np.uint32)
     if _linked():
         _runner(_parts, n < SERIAL_PARTS)(buf, o, out, workers(n))
     else:
         view = memoryview(buf)
         out[:] = [zlib.crc32(view[a:b]) for a, b in zip(o[:-1].tolist(), o[1:].tolist())]
     return out
-
 
 __all__ = ["SERIAL_PARTS", "crc32_parts"]

@@ -672,20 +672,27 @@ class LossyReader:
         ``offsets[i]:offsets[i + 1]``) in runs of consecutive chunks into one padded uint8
         copy (the decoders read a few bytes past a section's end, never used), checking each
         chunk's CRC-32 against ``crcs[i]``: ``(payload, starts, ends)``."""
-        lens = offsets[ids + 1] - offsets[ids]
-        ends = np.cumsum(lens)
-        starts = ends - lens
-        payload = np.zeros(int(ends[-1]) + pad, np.uint8)
-        first = np.flatnonzero(np.diff(ids, prepend=-2) != 1)  # the first chunk of each run
-        last = np.append(first[1:], len(ids)) - 1
-        for f, g in zip(first.tolist(), last.tolist()):
-            a, b = int(offsets[ids[f]]), int(offsets[ids[g] + 1])
-            q = int(starts[f])
+        i0, i1 = int(ids[0]), int(ids[-1]) + 1
+        if i1 - i0 == len(ids):  # one run (a whole level): no per-run bookkeeping
+            bounds = offsets[i0:i1 + 1] - offsets[i0]
+            runs = [(i0, i1, 0)]
+            expected = crcs[i0:i1]
+        else:
+            lens = offsets[ids + 1] - offsets[ids]
+            bounds = np.zeros(len(ids) + 1, np.int64)
+            np.cumsum(lens, out=bounds[1:])
+            first = np.flatnonzero(np.diff(ids) != 1) + 1  # where a new run starts
+            runs = [(int(ids[f]), int(ids[g - 1]) + 1, int(bounds[f]))
+                    for f, g in zip([0, *first.tolist()], [*first.tolist(), len(ids)])]
+            expected = crcs[ids]
+        payload = np.zeros(int(bounds[-1]) + pad, np.uint8)
+        for c0, c1, q in runs:
+            a, b = int(offsets[c0]), int(offsets[c1])
             payload[q:q + b - a] = np.frombuffer(self._src.read(offset + a, b - a, what), np.uint8)
-        bad = np.flatnonzero(crc32_parts(payload, np.append(starts, ends[-1])) != crcs[ids])
+        bad = np.flatnonzero(crc32_parts(payload, bounds) != expected)
         if bad.size:
             raise CorruptStreamError(f"checksum mismatch in {what} {int(ids[bad[0]])}: the stream is corrupted")
-        return payload, starts, ends
+        return payload, bounds[:-1], bounds[1:]
 
     def _decode_chunks(self, lv: int, ids: np.ndarray, x, codes, miss, win: Window | None = None) -> None:
         """Decode chunks ``ids`` of level ``lv`` into ``codes`` (and unpredictable values into

@@ -247,6 +247,16 @@ def level_geometry(part: Partition, level: int, tile: int | None = None):
     return part.cache[key]
 
 
+def level_layout(part: Partition, level: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`strata.lossy.chunk_encoder.layout` of the level's chunks on edge ``tile`` (cached:
+    it depends on the geometry alone, and walks every row of every chunk)."""
+    key = ("layout", level, tile)
+    if key not in part.cache:
+        _, _, refined, base, boxes = level_geometry(part, level, tile)
+        part.cache[key] = chunk_encoder.layout(boxes, refined, base)
+    return part.cache[key]
+
+
 def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int,
                 step_hist: np.ndarray | None = None) -> tuple[int, int]:
     """Chunk edge and coder for ``level``: half the default edge when the level's estimated
@@ -292,7 +302,7 @@ def encode_level(part: Partition, level: int, codes: np.ndarray, orig: np.ndarra
         # the mask on the default chunk edge: its chunks pay framing and relearn the first
         # slice, so they gain nothing from the smaller chunks that serve region reads of codes
         mask_index, mask_payload = mask_coder.encode_level(miss, *level_geometry(part, level))
-    offsets, raw_offsets = chunk_encoder.layout(boxes, refined, base)
+    offsets, raw_offsets = level_layout(part, level, tile)
     n = int(offsets[-1])
     n_chunks = len(offsets) - 1
     syms = np.empty(n, np.uint8)

@@ -67,14 +67,19 @@ def rounds(fns: dict, repeats: int, collect: bool = True) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def per_field(path: Path, rels, repeats: int) -> list[dict]:
+def field_cases(path: Path, rels):
+    """``(comp, decomp, a, cases)``: SZ3's calls, the field ``path`` and, per value-range-relative
+    bound, ``(rel, eb, SZ3's stream)`` with the absolute bound ``eb = rel * value range``."""
     comp, decomp = sz3()
     a = read_array(path)
     vr = metrics.value_range(a)
+    return comp, decomp, a, [(rel, rel * vr, comp(a, rel * vr)) for rel in rels]
+
+
+def per_field(path: Path, rels, repeats: int) -> list[dict]:
+    comp, decomp, a, cases = field_cases(path, rels)
     rows = []
-    for rel in rels:
-        eb = rel * vr
-        s_blob = comp(a, eb)
+    for rel, eb, s_blob in cases:
         blob = strata.compress(a, abs_error=eb)
         y = strata.decompress(blob)
         assert metrics.max_abs_error(a, y) <= eb, (path.name, rel)

@@ -27,20 +27,15 @@ import numba
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import strata  # noqa: E402
 from common import geomean, machine  # noqa: E402
-from speed_per_core import RESULTS, SCI, rounds, sz3, with_threads  # noqa: E402
+from speed_per_core import RESULTS, SCI, field_cases, rounds, with_threads  # noqa: E402
 from strata import metrics  # noqa: E402
 from strata.container import atomic_write  # noqa: E402
-from strata.inputs import read_array  # noqa: E402
 
 
 def per_field(path: Path, rels, threads: list[int], repeats: int) -> list[dict]:
-    comp, decomp = sz3()
-    a = read_array(path)
-    vr = metrics.value_range(a)
+    comp, decomp, a, cases = field_cases(path, rels)
     rows = []
-    for rel in rels:
-        eb = rel * vr
-        s_blob = comp(a, eb)
+    for rel, eb, s_blob in cases:
         blobs = {}
         for n in threads:
             numba.set_num_threads(n)

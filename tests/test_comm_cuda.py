@@ -32,22 +32,11 @@ from strata.comm import (  # noqa: E402
 from strata.comm.quantize import qmax  # noqa: E402
 
 from .test_comm_distributed import DEADLINE_S, batch, gather_all, make_net_and_optimizer, spawn  # noqa: E402
+from .test_comm_quantize import group_scale, heavy_tailed  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CUDA = "cuda"
-
-
-def heavy_tailed(n: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, generator=g) * torch.exp(2 * torch.randn(n, generator=g))
-
-
-def group_bin(x: torch.Tensor, group: int, bits: int) -> torch.Tensor:
-    n = x.numel()
-    pad = -n % group
-    a = torch.nn.functional.pad(x.double().abs(), (0, pad)).view(-1, group).amax(1, keepdim=True)
-    return (a.expand(-1, group).reshape(-1)[:n]) / qmax(bits)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -68,7 +57,7 @@ def test_stochastic_rounding_on_the_gpu_is_within_a_bin_and_unbiased(bits):
     n, group, trials = 8192, 128, 400
     x = heavy_tailed(n, 11).to(CUDA)
     gen = torch.Generator(device=CUDA).manual_seed(5)
-    bin_ = group_bin(x, group, bits)
+    bin_ = (group_scale(x.cpu(), group) / qmax(bits)).to(CUDA)
     mean = torch.zeros(n, dtype=torch.float64, device=CUDA)
     for _ in range(trials):
         d = dequantize(quantize(x, bits, group, generator=gen))

@@ -93,20 +93,23 @@ def crc32_parts(data, offsets) -> np.ndarray:
         buf = data
     else:
         buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    bad = f"part offsets must be non-decreasing within the {buf.size} bytes"
     if len(offsets) <= _FEW_PARTS:  # (a compiled call costs more than a few zlib calls)
         o = offsets.tolist() if isinstance(offsets, np.ndarray) else [int(v) for v in offsets]
         if o and (o[0] < 0 or o[-1] > buf.size or any(x > y for x, y in zip(o, o[1:]))):
-            raise InvalidInputError(bad)
+            raise _outside(buf)
         return _from_python(buf, o)
     o = np.ascontiguousarray(offsets, dtype=np.int64)
     if o[0] < 0 or o[-1] > buf.size or np.any(o[1:] < o[:-1]):
-        raise InvalidInputError(bad)
+        raise _outside(buf)
     if not _linked():
         return _from_python(buf, o.tolist())
     out = np.zeros(o.shape[0] - 1, np.uint32)
     _runner(_parts, out.shape[0] < SERIAL_PARTS)(buf, o, out, workers(out.shape[0]))
     return out
+
+
+def _outside(buf: np.ndarray) -> InvalidInputError:
+    return InvalidInputError(f"part offsets must be non-decreasing within the {buf.size} bytes")
 
 
 def _from_python(buf: np.ndarray, offsets: list) -> np.ndarray:

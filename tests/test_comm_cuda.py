@@ -6,7 +6,10 @@ stochastic rounding within one quantization bin and unbiased, int4 packing bit-e
 within fp32 rounding of the CPU's and inverted. Then sharded training of a small net whose parameters live on
 the GPU: 2 gloo ranks sharing the GPU (1 and 2 ranks per node, so both the intra-node int8 and the inter-node
 int4 reduce-scatter run), and 1 NCCL rank: the exact arm equals single-process training, every arm keeps the
-replicas bit-identical on all ranks after every step.
+replicas bit-identical on all ranks after every step. Last, FSDP2 (``fully_shard`` on a CUDA mesh) with the
+quantized all-gather and reduce-scatter hooks, on 2 gloo ranks sharing the GPU (FSDP2 on one rank calls no
+collective at all): the hooks run on the GPU's buffers, keep their qWD replicas there, identical on both ranks
+after every step, and the net trains.
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ dist = pytest.importorskip("torch.distributed")
 from strata.comm import (  # noqa: E402
     ARMS,
     CommConfig,
+    CommStats,
     ShardedOptimizer,
+    apply_fsdp2_comm,
     build_topology,
     dequantize,
     hadamard32,
@@ -29,9 +34,11 @@ from strata.comm import (  # noqa: E402
     quantize,
     unpack_int4,
 )
+from strata.comm.fsdp import QuantizedAllGather, QuantizedReduceScatter  # noqa: E402
+from strata.comm.model import wire_bits  # noqa: E402
 from strata.comm.quantize import qmax  # noqa: E402
 
-from .test_comm_distributed import DEADLINE_S, batch, gather_all, make_net_and_optimizer, spawn  # noqa: E402
+from .test_comm_distributed import DEADLINE_S, TinyNet, batch, gather_all, make_net_and_optimizer, spawn  # noqa: E402
 from .test_comm_quantize import group_scale, heavy_tailed  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -146,3 +153,52 @@ def test_sharded_training_on_the_gpu_two_gloo_ranks(tmp_path):
 @pytest.mark.skipif(not dist.is_available() or not dist.is_nccl_available(), reason="needs nccl")
 def test_sharded_training_on_the_gpu_one_nccl_rank(tmp_path):
     spawn(worker_cuda_training, 1, tmp_path, backend="nccl")
+
+
+def worker_fsdp2_cuda(rank: int, world: int) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    device = torch.device(CUDA, 0)
+    torch.cuda.set_device(device)
+    x, y = batch(0)
+    xs, ys = x.view(world, -1, 12)[rank].to(device), y.view(world, -1)[rank].to(device)
+    probe = torch.randn(4, 12, generator=torch.Generator().manual_seed(99)).to(device)
+    for per_node in sorted({1, world}):
+        torch.manual_seed(0)
+        net = TinyNet().to(device)
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        mesh = init_device_mesh(CUDA, (world,))
+        for m in (net.emb, net.head, net):
+            fully_shard(m, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
+        stats = CommStats()
+        cfg = CommConfig.arm("sdp4bit", ranks_per_node=per_node, weight_group_size=64)
+        comms = apply_fsdp2_comm([net.emb, net.head, net], cfg, build_topology(per_node), stats, seed=1)
+        assert sum(isinstance(c, QuantizedAllGather) for c in comms) == 3
+        assert sum(isinstance(c, QuantizedReduceScatter) for c in comms) == 3
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        losses = []
+        for step in range(5):
+            loss = torch.nn.functional.cross_entropy(net(xs).float(), ys)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+            with torch.no_grad():
+                o = net(probe).float()
+            assert o.is_cuda and bool((gather_all(o) == o).all()), (per_node, step)
+            for c in comms:  # every unit's qWD replica lives on the GPU, the same on every rank
+                if isinstance(c, QuantizedAllGather):
+                    assert c.replica is not None and c.replica.is_cuda, (per_node, step)
+                    assert bool((gather_all(c.replica) == c.replica).all()), (per_node, step)
+        assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0], losses
+        assert stats.summary()["weight_allgather"]["calls"] >= 5 * 2
+        _, intra, inter = wire_bits(cfg)  # one node: the 8-bit intra-node stage only; one rank a node: 4-bit inter
+        level, bits = ("intra", intra) if per_node == world else ("inter", inter)
+        assert stats.bits_per_element("grad_reduce_scatter", level) == bits
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+def test_fsdp2_hooks_on_the_gpu_two_gloo_ranks(tmp_path):
+    spawn(worker_fsdp2_cuda, 2, tmp_path)

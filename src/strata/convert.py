@@ -23,8 +23,9 @@ valid range), and dask computes the chunks, with a ``tqdm.dask.TqdmCallback`` pr
   :data:`TARGET_CHUNK_BYTES` per chunk, in multiples of the file's own chunks when it has any.
 * Outputs are written atomically: a store is written into a temporary directory beside the
   output and renamed at the end, a NetCDF file through :func:`strata.container.atomic_path`;
-  a failure leaves nothing under the output's name. An existing output is replaced only with
-  ``force=True``.
+  a failure leaves nothing under the output's name, nor a temporary store beside it (on dask's
+  threaded scheduler the write's tasks are drained before it is removed). An existing output is
+  replaced only with ``force=True``.
 
 Only a file's root group is converted (NetCDF groups and HDF5 datasets outside the root group
 are not read).
@@ -34,6 +35,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,7 +178,7 @@ def netcdf_to_zarr(source, output, *, rel_error=None, abs_error=None, variables=
         with atomic_dir(output, replace=force) as tmp:
             write = ds.to_zarr(tmp, mode="w", encoding=enc, zarr_format=3, consolidated=False, compute=False)
             with _bar(show, f"write {output.name}"):
-                write.compute()
+                _compute(write)
         return ConvertReport(source, output, lossy, [str(n) for n in ds.variables if n not in lossy],
                              {str(d): n for d, n in sizes.items()}, int(ds.nbytes), _disk_bytes(output),
                              time.perf_counter() - t0)
@@ -225,11 +227,35 @@ def zarr_to_netcdf(source, output, *, force: bool = False, progress_bytes: float
         with atomic_path(output) as tmp:
             write = ds.to_netcdf(tmp, engine="netcdf4", format="NETCDF4", compute=False)
             with _bar(ds.nbytes >= progress_bytes, f"write {output.name}"):
-                write.compute()
+                _compute(write)
         return ConvertReport(source, output, lossless=[str(n) for n in ds.variables], nbytes=int(ds.nbytes),
                              output_bytes=output.stat().st_size, seconds=time.perf_counter() - t0)
     finally:
         ds.close()
+
+
+def _compute(write) -> None:
+    """Run a writer's dask graph (``write``, from ``to_zarr`` / ``to_netcdf`` with
+    ``compute=False``) so that none of its tasks still writes once this returns or raises.
+
+    dask's threaded scheduler raises at the first failed task while the others run on in its
+    pool: the atomic writer would then remove the partial output under their feet and they would
+    recreate parts of it (a hidden ``.NAME.*.tmp`` store left behind: seen with 16 threads). On
+    that scheduler (the default) the graph runs in a pool of its own, drained (running tasks
+    finished, queued ones cancelled) before an error goes on. Other schedulers (a distributed
+    client, ``synchronous``) run as configured."""
+    import dask
+    from dask.base import get_scheduler
+    from dask.system import CPU_COUNT
+
+    if get_scheduler(collections=[write]) is not dask.threaded.get:
+        write.compute()
+        return
+    pool = ThreadPoolExecutor(dask.config.get("num_workers", None) or CPU_COUNT)
+    try:
+        write.compute(scheduler="threads", pool=pool)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def chunk_sizes(ds, chunks=None, variables=None) -> dict:

@@ -292,7 +292,8 @@ def test_failure_leaves_no_partial_output(nc, tmp_path, monkeypatch):
     original = ChunkConfig.encode
     monkeypatch.setattr(ChunkConfig, "encode", fail)
     # many writer threads: the chunks still being written when the failure is raised must not
-    # recreate parts of the temporary store after its removal (with dask's own pool, 8 runs of 12)
+    # recreate parts of the temporary store after its removal (in dask's shared pool, 8 of 12 such
+    # conversions left it behind)
     for target, force in ((tmp_path / "new.zarr", ()), (out, ("--force",))):
         calls.clear()
         with dask.config.set(num_workers=16):

@@ -290,6 +290,16 @@ def _read_header(src: Source, name: str, seen: tuple | None = None) -> tuple[dic
     return h, _check(h, name, src.size, off), raw
 
 
+def _encodable(file: str) -> bool:
+    """Whether ``file`` is a name the file system can hold (JSON text may carry lone UTF-16
+    surrogates, ``"\\ud800"``, that no file name encodes)."""
+    try:
+        os.fsencode(file)
+    except UnicodeError:
+        return False
+    return True
+
+
 def _base_path(path: Path, file: str) -> Path:
     """The base file ``file`` named by the delta ``path``: a bare name in the same folder,
     which (through symlinks) stays in that folder. Nothing is opened.
@@ -299,7 +309,7 @@ def _base_path(path: Path, file: str) -> Path:
     """
     seps = {os.sep, "/", "\\"} | ({os.altsep} if os.altsep else set())
     if (not file or file in (".", "..") or any(c in file for c in seps) or "\0" in file
-            or os.path.isabs(file) or Path(file).name != file):
+            or not _encodable(file) or os.path.isabs(file) or Path(file).name != file):
         raise FormatError(f"{path.name}: base {_short(file)} is not a file name in the same folder")
     folder = path.parent
     bpath = folder / file

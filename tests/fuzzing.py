@@ -864,7 +864,7 @@ def mutate_json(rng: random.Random, node: F) -> str:
             text = text.replace(b"1", b"NaN", 1) if b"1" in text else b"NaN"
         node.raw, node.fix = text, None
         return _TEXT_CAT.get(node.cat, node.cat + " text")
-    if node.fix is not None and isinstance(obj, dict) and rng.random() < 0.85:
+    if node.fix is not None and isinstance(obj, dict) and obj and rng.random() < 0.85:  # (an emptied object: any path)
         keys = [k for k in obj if obj[k] is not None] or list(obj)
         top = rng.choice(keys)
         paths = [p for p in _json_paths(obj) if p[:1] == (top,)]

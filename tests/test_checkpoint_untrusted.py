@@ -85,7 +85,7 @@ def opened(monkeypatch):
 
 # ---------------------------------------------------------------------- the base's name
 @pytest.mark.parametrize("name", ["ABS", "../outside.strata", "sub/full.strata", "..", ".", "", "a\\b.strata",
-                                  "./full.strata", "x\0.strata", "\ud800.strata"])
+                                  "./full.strata", "x\0.strata", "\ud800.strata", "x" * 300 + ".strata"])
 def test_base_must_be_a_bare_name_in_the_same_folder(tmp_path, pair, opened, name):
     full, delta = pair
     outside = tmp_path.parent / f"{tmp_path.name}_outside.strata"

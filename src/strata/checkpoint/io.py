@@ -290,14 +290,19 @@ def _read_header(src: Source, name: str, seen: tuple | None = None) -> tuple[dic
     return h, _check(h, name, src.size, off), raw
 
 
-def _encodable(file: str) -> bool:
-    """Whether ``file`` is a name the file system can hold (JSON text may carry lone UTF-16
-    surrogates, ``"\\ud800"``, that no file name encodes)."""
+def _storable(folder: Path, file: str) -> bool:
+    """Whether ``file`` is a name the file system of ``folder`` can hold: encodable (JSON text
+    may carry lone UTF-16 surrogates, ``"\\ud800"``, that no file name encodes) and no longer
+    than its longest name (``ENAMETOOLONG`` otherwise)."""
     try:
-        os.fsencode(file)
+        size = len(os.fsencode(file))
     except UnicodeError:
         return False
-    return True
+    try:
+        most = os.pathconf(folder, "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):  # (no pathconf on Windows)
+        most = 255
+    return size <= most
 
 
 def _base_path(path: Path, file: str) -> Path:
@@ -309,7 +314,7 @@ def _base_path(path: Path, file: str) -> Path:
     """
     seps = {os.sep, "/", "\\"} | ({os.altsep} if os.altsep else set())
     if (not file or file in (".", "..") or any(c in file for c in seps) or "\0" in file
-            or not _encodable(file) or os.path.isabs(file) or Path(file).name != file):
+            or not _storable(path.parent, file) or os.path.isabs(file) or Path(file).name != file):
         raise FormatError(f"{path.name}: base {_short(file)} is not a file name in the same folder")
     folder = path.parent
     bpath = folder / file

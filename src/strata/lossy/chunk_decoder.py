@@ -17,9 +17,11 @@ from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, SYMBOL_BASE, SYMBOL_EXTR
 from .chunks import (
     CODER_LANES,
     LANES,
+    PREFETCH_ROW_STEP,
     chunk_box,
     grid_steps,
     magnitude_grid,
+    prefetch_row,
     row_start,
     table_of,
     table_weights,
@@ -132,7 +134,7 @@ def _put(flat, sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, ou
 
 
 @njit(nogil=True, _nrt=False)
-def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_bytes, itemsize, g):
+def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_bytes, itemsize, g, far):
     """Decode a :data:`CODER_SERIAL` chunk (box ``g``, sections ``sec``): its symbols in raster
     order, each one's code straight to ``codes`` (:func:`_put`), a missing point's
     ``MISSING``.
@@ -144,7 +146,9 @@ def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_
     of symbol 0 per context where the fast path is on (see :func:`_symbol`). Missing points
     (``missing``, the flat uint8 mask, empty without one) have no symbol and keep class 0.
     Returns ``(status, rpos, raw bits consumed, u_pos)``: status 2 on an invalid symbol, 3 when
-    the final state is not the encoder's initial one.
+    the final state is not the encoder's initial one. ``far`` (a literal): prefetch the codes
+    ``ROWS_AHEAD`` rows ahead (:func:`~strata.lossy.chunks.prefetch_row`), for levels whose rows
+    lie far apart in memory.
 
     The loop touches only chunk-local buffers, the tables and the chunk's codes, with
     ``uint64`` indices (no negative-index wraparound code) and no reference counting
@@ -166,6 +170,8 @@ def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_
             f, st, p, idx, step = row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
+            if far:
+                prefetch_row(codes, idx, g.h2, g.d1, g.d2)
             if has_missing:
                 # the general loop, skipping missing points (the two below assume none)
                 for _ in range(f, g.lo2 + g.h2, st):
@@ -217,15 +223,17 @@ def _read_u32(buf, pos):
 
 
 @njit(nogil=True, _nrt=False)
-def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missing, codes, out_bytes, itemsize, g):
+def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missing, codes, out_bytes, itemsize, g,
+                  far):
     """:func:`_decode_serial` for :data:`CODER_LANES`, row by row: first the table of each of
     the row's points (its context, from the row above, the slice before and coarser points:
     nothing the row decodes), then the symbols through ``LANES`` rANS states taken in turn
     (their updates independent, only the stream position shared) into ``row``, then their
     classes into ``mags`` and their codes into ``codes``. ``packed`` is the level's
     :func:`~strata.entropy.tables.packed_decode_table`, ``cmap`` the table of each context;
-    ``row`` (uint8), ``tcol``, ``pcol``, ``icol`` (int64) scratch of ``h2``. Returns what
-    :func:`_decode_serial` does; stream reads stay below ``r_end + 8`` (``payload`` is padded)."""
+    ``row`` (uint8), ``tcol``, ``pcol``, ``icol`` (int64) scratch of ``h2``; ``far`` as for
+    :func:`_decode_serial`. Returns what :func:`_decode_serial` does; stream reads stay below
+    ``r_end + 8`` (``payload`` is padded)."""
     p1 = g.h2 + 1
     p0 = (g.h1 + 1) * p1
     up0 = np.uint64(p0)
@@ -249,6 +257,8 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
             f, st, p, idx, step = row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
+            if far:
+                prefetch_row(codes, idx, g.h2, g.d1, g.d2)
             ust = np.uint64(st)
             third = up1 - np.uint64(1) if st == 1 else np.uint64(1)
             n = 0
@@ -357,16 +367,24 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
                 continue
             sec = Sections(pos, pos + n_r, pos + n_r + n_x, end, 8 * n_x >= RAW_DENSE * (g.h0 * g.h1 * g.h2))
             mags = magnitude_grid(codes, g)
+            # (True, False: literals, so each call gets its own compiled loop without the other's path)
             if coder == CODER_LANES:
                 row = np.empty(g.h2, np.uint8)
                 tcol = np.empty(g.h2, np.int64)
                 pcol = np.empty(g.h2, np.int64)
                 icol = np.empty(g.h2, np.int64)
-                status, rpos, x_bits, u_pos = _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol,
-                                                            missing, codes, out_bytes, itemsize, g)
+                if g.d1 >= PREFETCH_ROW_STEP:
+                    status, rpos, x_bits, u_pos = _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol,
+                                                                icol, missing, codes, out_bytes, itemsize, g, True)
+                else:
+                    status, rpos, x_bits, u_pos = _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol,
+                                                                icol, missing, codes, out_bytes, itemsize, g, False)
+            elif g.d1 >= PREFETCH_ROW_STEP:
+                status, rpos, x_bits, u_pos = _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes,
+                                                             out_bytes, itemsize, g, True)
             else:
                 status, rpos, x_bits, u_pos = _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes,
-                                                             out_bytes, itemsize, g)
+                                                             out_bytes, itemsize, g, False)
             if status:
                 errors[j] = status
             elif rpos != sec.r_end:

@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import varint
-from .._numba import prefetch_line, serial_runner
+from .._numba import serial_runner
 from ..entropy import rans, tables
 from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, to_symbol, to_symbol_flat, zigzag
 from ..entropy.bytecoder import copy_into
@@ -24,6 +24,7 @@ from .chunks import (
     chunk_sizes,
     grid_steps,
     magnitude_grid,
+    prefetch_row,
     row_start,
 )
 from .quantize import RADIUS, UNPREDICTABLE
@@ -39,25 +40,6 @@ DENSE_RAW_BITS = 0.25
 #: otherwise walks the chunk's codes again to find them (era5_t2m at 1e-4 has 10-28 in every
 #: chunk of its finest level: the walk was a quarter of the rANS coding pass).
 UNPRED_SLOTS = 32
-
-#: Rows of a chunk (along axis 1) ahead of the row being analysed whose codes
-#: :func:`analyze` prefetches: a chunk's rows lie far apart in the codes array, too far apart
-#: for the hardware prefetchers, and each row of the finest levels reads its own cache lines
-#: (ns3d192 at 1e-3, one thread: the finest level's analysis 21.8-30.5 -> 18.5-19.2 ms, the next
-#: level's 4.1-5.4 -> 2.7 ms; the whole compression 3-6 % faster on the large fields). The
-#: decoders' stores gained nothing from it (era5_t2m: 4 % slower), so they do not.
-ROWS_AHEAD = 4
-
-
-@njit(inline="always")
-def _prefetch_row(codes, idx, h2, d1, d2):
-    """Prefetch the codes of the row ``ROWS_AHEAD`` rows after the one whose first point is at
-    ``idx`` (``h2`` points ``d2`` apart, rows ``d1`` apart; past the chunk's last row it
-    prefetches lines the chunk does not read, which costs nothing but the hint)."""
-    first = idx + np.uint64(ROWS_AHEAD * d1)
-    for k in range(0, h2 * d2, max(16, d2)):
-        prefetch_line(codes, first + np.uint64(k))
-
 
 @njit(parallel=True, nogil=True, cache=True)
 def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw,
@@ -121,7 +103,7 @@ def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, unpred_at, g, c
             f, st, p, idx, step = row_start(g, a, b, p0, p1)
             if st == 0:
                 continue
-            _prefetch_row(codes, idx, g.h2, g.d1, g.d2)
+            prefetch_row(codes, idx, g.h2, g.d1, g.d2)
             ust = np.uint64(st)
             # the third neighbour: the previous point along axis 2, unless the lanes coder
             # would then wait on it (same level): the next point of the row above instead

@@ -129,3 +129,31 @@ def test_more_than_three_dimensions():
     assert max_abs_error(a, r.read()) <= 1e-2
     region = (slice(1, 3), 2, slice(3, 9), slice(None))
     assert np.array_equal(r.read(region=region), r.read()[region])
+
+
+@pytest.mark.parametrize("spikes", [False, True])
+def test_narrow_and_int32_codes_decode_alike(spikes, monkeypatch):
+    """The decoder holds the codes as uint16 (``NARROW_RADIUS``) when the tables of every level
+    it reads rule out ``|q| >= 2**15``, else as int32 (spikes of a million bins need them); a
+    whole read, a region read and a coarser level decode bit-identically either way, within
+    the bound."""
+    from strata.lossy.reader import LossyReader
+
+    rng = np.random.default_rng(7)
+    g = np.meshgrid(*(np.linspace(0, 3, n) for n in (24, 40, 52)), indexing="ij")
+    a = (np.sin(g[0]) * np.cos(g[1]) + 0.5 * g[2] + 0.01 * rng.standard_normal(g[0].shape)).astype(np.float32)
+    if spikes:
+        a[::7, ::11, ::13] += 1e3  # |q| about 5e5 at eb = 1e-3: quantized, not unpredictable
+    eb = 1e-3
+    blob = strata.compress(a, abs_error=eb)
+    r = LossyReader(blob)
+    top = len(r.levels) - 1
+    assert r._codes_dtype(top) == (np.int32 if spikes else np.uint16)
+    reads = [dict(), dict(region=(slice(3, 17), slice(5, 33), slice(10, 50))), dict(level=top - 1)]
+    narrow = [strata.decompress(blob, **kw) for kw in reads]
+    monkeypatch.setattr(LossyReader, "_codes_dtype", lambda self, level: np.int32)
+    wide = [strata.decompress(blob, **kw) for kw in reads]
+    for y, z in zip(narrow, wide):
+        assert y.dtype == z.dtype and np.array_equal(y.view(np.uint32), z.view(np.uint32))
+    assert max_abs_error(a, narrow[0]) <= eb
+    assert max_abs_error(a[3:17, 5:33, 10:50], narrow[1]) <= eb

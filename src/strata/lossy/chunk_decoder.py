@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from .. import varint
 from .._numba import serial_runner
@@ -26,7 +27,7 @@ from .chunks import (
     table_of,
     table_weights,
 )
-from .quantize import MISSING, RADIUS, UNPREDICTABLE
+from .quantize import NARROW_RADIUS, RADIUS, UNPREDICTABLE, code_radius
 
 _SLOT_MASK = tables.SCALE - 1
 
@@ -65,8 +66,27 @@ Sections = namedtuple("Sections", "r_pos r_end x_end end dense")
 #: era5_t2m at 1e-4 (2 raw bits a point) 10.5 -> 8.3 ns/value, ns3d at 1e-4 (1 bit) 8.9 -> 7.4;
 #: below it (era5_t2m at 1e-3: 0.2 bits) the branch is predicted and cheaper.
 RAW_DENSE = 0.5
-#: Code of each symbol below ``DIRECT`` (no raw bits).
-_DIRECT_CODES = np.array([RADIUS + ((z + 1) >> 1 if z & 1 else -(z >> 1)) for z in range(DIRECT)], np.int32)
+#: ``q`` of each symbol below ``DIRECT`` (no raw bits).
+_DIRECT_Q = [(z + 1) >> 1 if z & 1 else -(z >> 1) for z in range(DIRECT)]
+#: Code of each symbol below ``DIRECT``, for int32 and for narrow codes (:func:`_direct_code`).
+_DIRECT_CODES = np.array([RADIUS + q for q in _DIRECT_Q], np.int32)
+_DIRECT_CODES_NARROW = np.array([NARROW_RADIUS + q for q in _DIRECT_Q], np.uint16)
+
+
+def _direct_code(codes, sym):
+    """The code of symbol ``sym`` (below ``DIRECT``) in the representation of ``codes``
+    (:func:`strata.lossy.quantize.code_radius`): a load from the table of that representation."""
+    return (_DIRECT_CODES_NARROW if codes.dtype == np.uint16 else _DIRECT_CODES)[sym]
+
+
+@overload(_direct_code, inline="always")
+def _direct_code_compiled(codes, sym):
+    table = _DIRECT_CODES_NARROW if codes.dtype == types.uint16 else _DIRECT_CODES
+
+    def impl(codes, sym):
+        return table[sym]
+
+    return impl
 
 
 @njit(inline="always")
@@ -91,14 +111,14 @@ def _put_code(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, out
     ``(acc, nacc, x_pos, u_pos)``; ``u_pos`` passes ``end`` when a stored value is missing
     (nothing is copied then)."""
     if sym < DIRECT:
-        codes[idx] = _DIRECT_CODES[sym]
+        codes[idx] = _direct_code(codes, sym)
     elif sym < ESCAPE:
         acc, nacc, x_pos = rans.bits_refill(acc, nacc, payload, x_pos, x_end)
         nb = SYMBOL_EXTRA_BITS[sym]
         z = SYMBOL_BASE[sym] + (acc & ((np.int64(1) << nb) - 1))
         acc >>= nb
         nacc -= nb
-        codes[idx] = RADIUS + unzigzag(z)
+        codes[idx] = code_radius(codes) + unzigzag(z)
     else:
         u_pos = _put_stored(idx, codes, payload, u_pos, end, out_bytes, itemsize)
     return acc, nacc, x_pos, u_pos
@@ -120,7 +140,7 @@ def _put_code_flat(sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end
     nacc -= nb
     odd = z & 1
     if sym < ESCAPE:
-        codes[idx] = RADIUS + ((z + odd) >> 1) * (2 * odd - 1)
+        codes[idx] = code_radius(codes) + ((z + odd) >> 1) * (2 * odd - 1)
         return acc, nacc, x_pos, u_pos
     return acc, nacc, x_pos, _put_stored(idx, codes, payload, u_pos, end, out_bytes, itemsize)
 
@@ -183,7 +203,7 @@ def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_
                         acc, nacc, x_pos, u_pos = _put(dense, sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos,
                                                             end, out_bytes, itemsize)
                     else:
-                        codes[idx] = MISSING
+                        codes[idx] = code_radius(codes)  # (a missing value's code: q = 0)
                     p += np.uint64(st)
                     idx += step
             # The two loops differ only in where the previous point's class comes from: a
@@ -271,7 +291,7 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
                         tcol[n] = np.int64(t) << tables.SCALE_BITS
                         n += 1
                     else:
-                        codes[idx] = MISSING
+                        codes[idx] = code_radius(codes)  # (a missing value's code: q = 0)
                     p += ust
                     idx += step
             else:
@@ -338,8 +358,9 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
 @njit(parallel=True, nogil=True, cache=True)
 def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing, shape, stride, refined,
            base, boxes, coder, cmap, symbols, info, zero, packed, errors, n_workers):
-    """Decode the chunks ``chunk_ids`` of a level into ``codes`` (and unpredictable values
-    into ``out_bytes``, the output array's bytes). ``missing`` is the flat uint8 mask (empty
+    """Decode the chunks ``chunk_ids`` of a level into ``codes`` (int32, or uint16 narrow codes:
+    :func:`strata.lossy.quantize.code_radius`; and unpredictable values into ``out_bytes``, the
+    output array's bytes). ``missing`` is the flat uint8 mask (empty
     without one), known for the chunks' points before their codes.
 
     Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``; ``symbols``/``info`` hold
@@ -412,11 +433,13 @@ def parse_level_head(head, payload_len, groups, zero_fast_path):
     removed; version 2 streams have coder 0).
 
     Returns ``(status, grouping, coder, log2 chunk edge, symbols, info, zero, packed, offsets,
-    crcs)``: ``status`` 0 or a key of :data:`HEAD_ERRORS`; for :data:`CODER_SERIAL` the split
+    crcs, max_z)``: ``status`` 0 or a key of :data:`HEAD_ERRORS`; for :data:`CODER_SERIAL` the split
     decode tables of the 27 contexts and ``zero``, the slots of symbol 0 per context where the
     decoder's fast path is on (when zero codes are more than ``zero_fast_path`` of the level, a
     decoder-side choice); for :data:`CODER_LANES` the packed decode tables (``packed``); the
-    chunk offsets in the payload (``n_chunks + 1``) and the chunks' CRC-32.
+    chunk offsets in the payload (``n_chunks + 1``), the chunks' CRC-32, and the largest zig-zag
+    value a code of the level can decode to (from the symbols its tables give a frequency;
+    :func:`strata.lossy.quantize.narrow_fits`).
     """
     n_ctx = groups.shape[1]
     symbols = np.zeros(0, np.uint8)
@@ -425,29 +448,34 @@ def parse_level_head(head, payload_len, groups, zero_fast_path):
     packed = np.zeros(0, np.uint32)
     offsets = np.zeros(1, np.int64)
     crcs = np.zeros(0, np.int64)
+    max_z = np.int64(0)
     end = head.shape[0]
     if end < 2:
-        return 5, 0, 0, 0, symbols, info, zero, packed, offsets, crcs
+        return 5, 0, 0, 0, symbols, info, zero, packed, offsets, crcs, max_z
     group, coder, tile_log2 = np.int64(head[0] & 0x0F), np.int64(head[0] >> 4), np.int64(head[1])
     if group >= groups.shape[0] or coder > CODER_LANES:
-        return 1, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+        return 1, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
     if tile_log2 > 20:
-        return 2, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+        return 2, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
     cmap = groups[group]
     tlen, pos = varint.get(head, 2, end)
     if tlen < 0 or tlen > end - pos:
-        return 3, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+        return 3, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
     n_tables = 0
     for t in cmap:
         n_tables = max(n_tables, t + 1)
     codes, st = tables.deserialize_codes(head[pos:pos + tlen], n_tables, ALPHABET)
     if st != 0:
-        return 3, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+        return 3, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
     counts = tables.approx_value(codes)
     freq = tables.normalize(counts)
     for t in range(n_tables):
+        for s_ in range(min(freq.shape[1], ESCAPE)):
+            if freq[t, s_] > 0:  # (the largest zig-zag value a code of the level can have)
+                max_z = max(max_z, SYMBOL_BASE[s_] + (1 << SYMBOL_EXTRA_BITS[s_]) - 1)
+    for t in range(n_tables):
         if freq[t, 0] < 0:
-            return 4, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+            return 4, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
     if coder == CODER_LANES:
         packed = tables.packed_decode_table(freq)
     else:
@@ -463,25 +491,25 @@ def parse_level_head(head, payload_len, groups, zero_fast_path):
     pos += tlen
     n_chunks, pos = varint.get(head, pos, end)
     if n_chunks < 0 or n_chunks > end:
-        return 5, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+        return 5, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
     offsets = np.zeros(n_chunks + 1, np.int64)
     for c in range(n_chunks):
         v, pos = varint.get(head, pos, end)
         if v < 0:
-            return 5, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+            return 5, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
         if v > payload_len - offsets[c]:  # (before adding: no wrap-around)
-            return 6, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+            return 6, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
         offsets[c + 1] = offsets[c] + v
     if offsets[n_chunks] != payload_len:
-        return 6, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+        return 6, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
     if pos + 4 * n_chunks != end:
-        return 7, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+        return 7, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
     crcs = np.empty(n_chunks, np.int64)
     for c in range(n_chunks):
         q = pos + 4 * c
         crcs[c] = (np.int64(head[q]) | np.int64(head[q + 1]) << 8 | np.int64(head[q + 2]) << 16
                    | np.int64(head[q + 3]) << 24)
-    return 0, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs
+    return 0, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
 
 
 #: :func:`decode` or its serial variant (a single chunk).

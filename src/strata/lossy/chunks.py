@@ -32,7 +32,7 @@ from numba import njit
 
 from .._numba import prefetch_line
 from ..entropy.binning import ALPHABET
-from .quantize import RADIUS, UNPREDICTABLE
+from .quantize import UNPREDICTABLE, code_radius
 
 N_CONTEXTS = 27
 
@@ -88,10 +88,10 @@ def table_of(m0, m1, m2, w):
 
 
 @njit(inline="always")
-def _mag(c):
+def _mag(c, radius):
     if c == UNPREDICTABLE:
         return 2
-    m = abs(c - RADIUS)
+    m = abs(np.int64(c) - radius)
     return 2 if m > 2 else m
 
 
@@ -202,7 +202,7 @@ def magnitude_grid(codes, g):
             q = (a + 1) * p0 + (b + 1) * p1 + 1
             g_first = g.lo2 + ((g.lo2 & 1) if st == 2 else 0)
             for g2 in range(g_first, g.lo2 + g.h2, 2 if st == 2 else 1):
-                mags[q + g2 - g.lo2] = _mag(codes[row + g2 * g.d2])
+                mags[q + g2 - g.lo2] = _mag(codes[row + g2 * g.d2], code_radius(codes))
     return mags
 
 

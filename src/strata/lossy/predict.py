@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit, prange
 
 from .._numba import pick, prefetch_line, serial_variant
-from .quantize import RADIUS, UNPREDICTABLE, dequantize_into, quantize_into, quantize_lane, select
+from .quantize import UNPREDICTABLE, code_radius, dequantize_into, quantize_into, quantize_lane, select
 
 #: Points per parallel work item along the fastest axis.
 _BLOCK = 2048
@@ -150,7 +150,7 @@ def _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width):
     if mode == 0:
         codes[idx] = quantize_into(x, idx, np.float64(orig[idx]), pred, eb, inv_bin, bin_width)
     elif mode == 1:
-        dequantize_into(x, idx, codes[idx], pred, bin_width)
+        dequantize_into(x, idx, codes, pred, bin_width)
     else:
         x[idx] = pred
 
@@ -450,10 +450,11 @@ def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u1, cubic, eb, inv_
     if mode == 0:
         rec, code = quantize_lane(x, orig[j], pred, eb, inv_bin, bin_width)
         bx[t] = select(keep, x[j], rec)
-        bc[t] = select(keep, codes[j], code)
+        bc[t] = select(keep, np.int32(codes[j]), code)
     elif mode == 1:
         c = codes[j]
-        bx[t] = select(keep | (c == UNPREDICTABLE), x[j], x.dtype.type(pred + np.float64(c - RADIUS) * bin_width))
+        q = np.float64(np.int64(c) - code_radius(codes))
+        bx[t] = select(keep | (c == UNPREDICTABLE), x[j], x.dtype.type(pred + q * bin_width))
     else:
         bx[t] = select(keep, x[j], x.dtype.type(pred))
 
@@ -564,7 +565,7 @@ def _origin(x, codes, orig, eb, pred):
 
 @njit(nogil=True, cache=True)
 def _origin_decode(x, codes, eb, pred):
-    dequantize_into(x, 0, codes[0], pred, 2.0 * eb)
+    dequantize_into(x, 0, codes, pred, 2.0 * eb)
 
 
 def encode_origin(x, codes, orig, eb, pred=0.0):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 #: Largest |q| that is quantized; larger residuals become unpredictable values.
 RADIUS = 1 << 20
@@ -32,6 +32,33 @@ RADIUS = 1 << 20
 UNPREDICTABLE = 0
 #: Code of a missing value (``q = 0``: its reconstruction is the prediction).
 MISSING = RADIUS
+#: Radius of the decoder's narrow codes (uint16, ``q + NARROW_RADIUS``, half the memory traffic
+#: of int32 codes), for reads whose levels cannot hold ``|q|`` of ``NARROW_RADIUS`` or more (the
+#: quantizer's radius is ``RADIUS``: the level tables tell, :func:`narrow_fits`).
+NARROW_RADIUS = 1 << 15
+
+
+def code_radius(codes) -> int:
+    """The radius of the codes in ``codes`` (an array): ``NARROW_RADIUS`` for uint16 codes,
+    else ``RADIUS``; ``UNPREDICTABLE`` is 0 and a missing value's code the radius in both.
+    In compiled code a constant of the array's type."""
+    return NARROW_RADIUS if codes.dtype == np.uint16 else RADIUS
+
+
+@overload(code_radius, inline="always")
+def _code_radius(codes):
+    r = NARROW_RADIUS if isinstance(codes, types.Array) and codes.dtype == types.uint16 else RADIUS
+
+    def impl(codes):
+        return r
+
+    return impl
+
+
+def narrow_fits(max_z: int) -> bool:
+    """Whether codes of zig-zag magnitude up to ``max_z`` (``q`` within ``(max_z + 1) // 2``
+    of 0) fit the narrow representation: ``0 < q + NARROW_RADIUS < 2 * NARROW_RADIUS``."""
+    return (max_z + 1) // 2 < NARROW_RADIUS
 
 
 @njit(inline="always")
@@ -92,10 +119,12 @@ def quantize_lane(x, value, pred, eb, inv_bin, bin_width):
 
 
 @njit(inline="always")
-def dequantize_into(x, idx, code, pred, bin_width):
-    """Write the reconstruction of ``code`` into ``x[idx]``; unpredictable values stay as stored."""
+def dequantize_into(x, idx, codes, pred, bin_width):
+    """Write the reconstruction of ``codes[idx]`` (int32 or narrow codes, :func:`code_radius`)
+    into ``x[idx]``; unpredictable values stay as stored."""
+    code = codes[idx]
     if code != UNPREDICTABLE:
-        x[idx] = pred + np.float64(code - RADIUS) * bin_width
+        x[idx] = pred + np.float64(np.int64(code) - code_radius(codes)) * bin_width
 
 
 def quantize_reference(values: np.ndarray, preds: np.ndarray, eb: float):

@@ -133,10 +133,11 @@ def test_more_than_three_dimensions():
 
 @pytest.mark.parametrize("spikes", [False, True])
 def test_narrow_and_int32_codes_decode_alike(spikes, monkeypatch):
-    """The decoder holds the codes as uint16 (``NARROW_RADIUS``) when the tables of every level
-    it reads rule out ``|q| >= 2**15``, else as int32 (spikes of a million bins need them); a
+    """The decoder holds the codes of large streams as uint16 (``NARROW_RADIUS``) when the tables
+    of every level it reads rule out ``|q| >= 2**15``, else as int32 (spikes of a million bins need them); a
     whole read, a region read and a coarser level decode bit-identically either way, within
     the bound."""
+    from strata.lossy import reader
     from strata.lossy.reader import LossyReader
 
     rng = np.random.default_rng(7)
@@ -148,6 +149,8 @@ def test_narrow_and_int32_codes_decode_alike(spikes, monkeypatch):
     blob = strata.compress(a, abs_error=eb)
     r = LossyReader(blob)
     top = len(r.levels) - 1
+    assert r._codes_dtype(top) == np.int32  # (a small stream: its codes stay in cache)
+    monkeypatch.setattr(reader, "NARROW_MIN_POINTS", 0)
     assert r._codes_dtype(top) == (np.int32 if spikes else np.uint16)
     reads = [dict(), dict(region=(slice(3, 17), slice(5, 33), slice(10, 50))), dict(level=top - 1)]
     narrow = [strata.decompress(blob, **kw) for kw in reads]

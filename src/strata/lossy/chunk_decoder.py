@@ -166,7 +166,7 @@ def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_
     of symbol 0 per context where the fast path is on (see :func:`_symbol`). Missing points
     (``missing``, the flat uint8 mask, empty without one) have no symbol and keep class 0.
     Returns ``(status, rpos, raw bits consumed, u_pos)``: status 2 on an invalid symbol, 3 when
-    the final state is not the encoder's initial one. ``far`` (a literal): prefetch the codes
+    the final state is not the encoder's initial one. ``far``: prefetch the codes
     ``ROWS_AHEAD`` rows ahead (:func:`~strata.lossy.chunks.prefetch_row`), for levels whose rows
     lie far apart in memory.
 
@@ -388,24 +388,17 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
                 continue
             sec = Sections(pos, pos + n_r, pos + n_r + n_x, end, 8 * n_x >= RAW_DENSE * (g.h0 * g.h1 * g.h2))
             mags = magnitude_grid(codes, g)
-            # (True, False: literals, so each call gets its own compiled loop without the other's path)
+            far = g.d1 >= PREFETCH_ROW_STEP
             if coder == CODER_LANES:
                 row = np.empty(g.h2, np.uint8)
                 tcol = np.empty(g.h2, np.int64)
                 pcol = np.empty(g.h2, np.int64)
                 icol = np.empty(g.h2, np.int64)
-                if g.d1 >= PREFETCH_ROW_STEP:
-                    status, rpos, x_bits, u_pos = _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol,
-                                                                icol, missing, codes, out_bytes, itemsize, g, True)
-                else:
-                    status, rpos, x_bits, u_pos = _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol,
-                                                                icol, missing, codes, out_bytes, itemsize, g, False)
-            elif g.d1 >= PREFETCH_ROW_STEP:
-                status, rpos, x_bits, u_pos = _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes,
-                                                             out_bytes, itemsize, g, True)
+                status, rpos, x_bits, u_pos = _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol,
+                                                            missing, codes, out_bytes, itemsize, g, far)
             else:
                 status, rpos, x_bits, u_pos = _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes,
-                                                             out_bytes, itemsize, g, False)
+                                                             out_bytes, itemsize, g, far)
             if status:
                 errors[j] = status
             elif rpos != sec.r_end:

@@ -66,6 +66,14 @@ class LevelInfo:
     offset: int
 
 
+#: Values from which a read may hold its codes as uint16 (:meth:`LossyReader._codes_dtype`).
+#: Below, the codes stay in cache and int32 costs no more, and the kernels the compressor
+#: compiled serve the decoder: narrow codes are compiled on first use, about 40 s a dtype on 2
+#: cores. One thread, whole decompressions, narrow against int32 in one process: ns3d192
+#: (7.1 M values) -14..-18 %, ns3d (2.1 M) -4..-7 %, era5_t2m (1.2 M) 0..-7 %.
+NARROW_MIN_POINTS = 1 << 20
+
+
 class _LevelTables:
     def __init__(self, coder, cmap, tile, dtab, offsets, crcs, max_z):
         self.coder, self.cmap, self.tile, self.dtab = coder, cmap, tile, dtab
@@ -653,8 +661,10 @@ class LossyReader:
     def _codes_dtype(self, level: int):
         """The codes array's dtype for a read of levels ``0..level``: the narrow uint16 codes
         (:data:`strata.lossy.quantize.NARROW_RADIUS`: half the memory traffic of the chunk
-        decoder's stores and the passes' loads; ns3d192 one thread, decompression -5..14 %)
-        when the tables of every one of those levels rule out larger codes, else int32."""
+        decoder's stores and the passes' loads) for streams of at least :data:`NARROW_MIN_POINTS`
+        values when the tables of every one of those levels rule out larger codes, else int32."""
+        if self.header.size < NARROW_MIN_POINTS:
+            return np.int32
         fits = all(narrow_fits(self._level_tables(lv).max_z) for lv in range(level + 1))
         return np.uint16 if fits else np.int32
 

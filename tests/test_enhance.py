@@ -936,9 +936,7 @@ def test_region_read_of_a_1x_stream_does_not_decode_the_whole_fallback_mask():
     p1 = _peak(lambda: strata.decompress(one, region=region))
     p2 = _peak(lambda: strata.decompress(two, region=region))
     n = a.size
-    # the whole bitmap would add n bytes; the two reads' other working arrays differ by about
-    # n / 6 (the 2x read's peak is its plain decode, the 1x read's its network)
-    assert p1 <= p2 + n // 4, (p1, p2, n)
+    assert p1 <= p2 + n // 16, (p1, p2, n)
 
 
 def test_a_field_set_decodes_each_field_plainly_once(cache, monkeypatch):

@@ -154,10 +154,10 @@ def _put(flat, sym, idx, codes, payload, acc, nacc, x_pos, x_end, u_pos, end, ou
 
 
 @njit(nogil=True, _nrt=False)
-def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_bytes, itemsize, g, far):
+def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_bytes, itemsize, g):
     """Decode a :data:`CODER_SERIAL` chunk (box ``g``, sections ``sec``): its symbols in raster
-    order, each one's code straight to ``codes`` (:func:`_put`), a missing point's
-    ``MISSING``.
+    order, each one's code straight to ``codes`` (:func:`_put`), a missing point's that of
+    ``q = 0``.
 
     ``mags`` is the chunk's grid with a zero border on the low side of each axis, shape
     ``(h0 + 1) * (h1 + 1) * (h2 + 1)``, pre-filled with the magnitude classes of coarser
@@ -166,9 +166,9 @@ def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_
     of symbol 0 per context where the fast path is on (see :func:`_symbol`). Missing points
     (``missing``, the flat uint8 mask, empty without one) have no symbol and keep class 0.
     Returns ``(status, rpos, raw bits consumed, u_pos)``: status 2 on an invalid symbol, 3 when
-    the final state is not the encoder's initial one. ``far``: prefetch the codes
-    ``ROWS_AHEAD`` rows ahead (:func:`~strata.lossy.chunks.prefetch_row`), for levels whose rows
-    lie far apart in memory.
+    the final state is not the encoder's initial one. In levels whose rows lie
+    ``PREFETCH_ROW_STEP`` points apart or more, the codes ``ROWS_AHEAD`` rows ahead are
+    prefetched (:func:`~strata.lossy.chunks.prefetch_row`).
 
     The loop touches only chunk-local buffers, the tables and the chunk's codes, with
     ``uint64`` indices (no negative-index wraparound code) and no reference counting
@@ -179,6 +179,7 @@ def _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes, out_
     up0 = np.uint64(p0)
     up1 = np.uint64(p1)
     has_missing = missing.shape[0] > 0
+    far = g.d1 >= PREFETCH_ROW_STEP
     r_end, x_end, end, dense = sec.r_end, sec.x_end, sec.end, sec.dense
     sa, rpos = rans.decode_init(payload, sec.r_pos, r_end)
     if sa < rans.RANS_L:
@@ -243,22 +244,22 @@ def _read_u32(buf, pos):
 
 
 @njit(nogil=True, _nrt=False)
-def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missing, codes, out_bytes, itemsize, g,
-                  far):
+def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missing, codes, out_bytes, itemsize, g):
     """:func:`_decode_serial` for :data:`CODER_LANES`, row by row: first the table of each of
     the row's points (its context, from the row above, the slice before and coarser points:
     nothing the row decodes), then the symbols through ``LANES`` rANS states taken in turn
     (their updates independent, only the stream position shared) into ``row``, then their
     classes into ``mags`` and their codes into ``codes``. ``packed`` is the level's
     :func:`~strata.entropy.tables.packed_decode_table`, ``cmap`` the table of each context;
-    ``row`` (uint8), ``tcol``, ``pcol``, ``icol`` (int64) scratch of ``h2``; ``far`` as for
-    :func:`_decode_serial`. Returns what :func:`_decode_serial` does; stream reads stay below
-    ``r_end + 8`` (``payload`` is padded)."""
+    ``row`` (uint8), ``tcol``, ``pcol``, ``icol`` (int64) scratch of ``h2``. Prefetches and
+    returns what :func:`_decode_serial` does; stream reads stay below ``r_end + 8`` (``payload``
+    is padded)."""
     p1 = g.h2 + 1
     p0 = (g.h1 + 1) * p1
     up0 = np.uint64(p0)
     up1 = np.uint64(p1)
     has_missing = missing.shape[0] > 0
+    far = g.d1 >= PREFETCH_ROW_STEP
     rpos, r_end, x_end, end, dense = sec.r_pos, sec.r_end, sec.x_end, sec.end, sec.dense
     if r_end - rpos < rans.STATE_BYTES * LANES:
         return 2, rpos, 0, 0
@@ -388,17 +389,16 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
                 continue
             sec = Sections(pos, pos + n_r, pos + n_r + n_x, end, 8 * n_x >= RAW_DENSE * (g.h0 * g.h1 * g.h2))
             mags = magnitude_grid(codes, g)
-            far = g.d1 >= PREFETCH_ROW_STEP
             if coder == CODER_LANES:
                 row = np.empty(g.h2, np.uint8)
                 tcol = np.empty(g.h2, np.int64)
                 pcol = np.empty(g.h2, np.int64)
                 icol = np.empty(g.h2, np.int64)
                 status, rpos, x_bits, u_pos = _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol,
-                                                            missing, codes, out_bytes, itemsize, g, far)
+                                                            missing, codes, out_bytes, itemsize, g)
             else:
                 status, rpos, x_bits, u_pos = _decode_serial(payload, sec, symbols, info, zero, mags, missing, codes,
-                                                             out_bytes, itemsize, g, far)
+                                                             out_bytes, itemsize, g)
             if status:
                 errors[j] = status
             elif rpos != sec.r_end:
@@ -463,12 +463,11 @@ def parse_level_head(head, payload_len, groups, zero_fast_path):
     counts = tables.approx_value(codes)
     freq = tables.normalize(counts)
     for t in range(n_tables):
+        if freq[t, 0] < 0:
+            return 4, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
         for s_ in range(min(freq.shape[1], ESCAPE)):
             if freq[t, s_] > 0:  # (the largest zig-zag value a code of the level can have)
                 max_z = max(max_z, SYMBOL_BASE[s_] + (1 << SYMBOL_EXTRA_BITS[s_]) - 1)
-    for t in range(n_tables):
-        if freq[t, 0] < 0:
-            return 4, group, coder, tile_log2, symbols, info, zero, packed, offsets, crcs, max_z
     if coder == CODER_LANES:
         packed = tables.packed_decode_table(freq)
     else:

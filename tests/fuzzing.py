@@ -53,6 +53,10 @@ LOSSY_DECODERS = ("full", "level", "region", "mask", "netcdf")
 FIELDS_DECODERS = ("fields", "fields-region")
 CHECKPOINT_DECODERS = ("checkpoint",)
 ALL_DECODERS = LOSSY_DECODERS + FIELDS_DECODERS + CHECKPOINT_DECODERS
+#: Share of the lossy and field-set cases decoded with the narrow (uint16) codes that the reader
+#: takes for streams of ``strata.lossy.reader.NARROW_MIN_POINTS`` values or more (set to 0 for
+#: them): the base streams are smaller, so the narrow kernels would see no hostile stream.
+NARROW_SHARE = 0.3
 
 
 def numba_cache_dir() -> Path:
@@ -1792,11 +1796,28 @@ def _read_fields(case: Case, source, rng: random.Random) -> None:
         raise ValueError(case.decoder)
 
 
-def run_decoder(case: Case, base: Base, workdir: Path) -> None:
-    """Decode ``case.data`` with ``case.decoder`` (raises whatever the decoder raises)."""
+_NARROW_DEFAULT: list[int] = []
+
+
+def narrow_codes(on: bool) -> None:
+    """Let the reader take narrow codes for streams of any size (``on``; where the tables allow
+    them), or from its default size on."""
+    from strata.lossy import reader
+
+    if not _NARROW_DEFAULT:
+        _NARROW_DEFAULT.append(reader.NARROW_MIN_POINTS)
+    reader.NARROW_MIN_POINTS = 0 if on else _NARROW_DEFAULT[0]
+
+
+def run_decoder(case: Case, base: Base, workdir: Path, narrow: bool | None = None) -> None:
+    """Decode ``case.data`` with ``case.decoder`` (raises whatever the decoder raises); a
+    lossy or field-set case with narrow codes (:data:`NARROW_SHARE` of the cases, by their
+    index; ``narrow`` decides instead when given)."""
     rng = random.Random(f"decoder:{case.index}")
     if case.decoder in SELF_TESTS:
         return _misbehave(case.decoder)
+    if base.kind in ("lossy", "fields"):
+        narrow_codes(random.Random(f"narrow:{case.index}").random() < NARROW_SHARE if narrow is None else narrow)
     if base.kind == "fields":
         if rng.random() < 0.2:  # from a file
             path = workdir / "case.strata"
@@ -1944,8 +1965,9 @@ def worker_main(folder: str, seed: int, decoders: str, headroom: int) -> None:
 def warmup_main(folder: str, part: int = 0, parts: int = 1) -> None:
     """Compile every decoding kernel (bounds-checked, into the dedicated cache) by decoding each
     base stream, and each lossy one with the other dtype code (a forged dtype), with each of its
-    decoders; ``part`` of ``parts`` does the float32 or float64 ones (the kernels of the two
-    dtypes are separate compilations, which parallel warm-ups share out)."""
+    decoders, with int32 and with narrow codes; ``part`` of ``parts`` does the float32 or float64
+    ones (the kernels of the two dtypes are separate compilations, which parallel warm-ups share
+    out)."""
     bases = load_bases(folder)
     workdir = Path(tempfile.mkdtemp(prefix="strata-fuzz-warm-"))
     for b in bases:
@@ -1967,11 +1989,12 @@ def warmup_main(folder: str, part: int = 0, parts: int = 1) -> None:
                 continue
             for d in b.decoders:
                 for i in range(4):
-                    try:
-                        run_decoder(Case(i, b.name, d, "warm-up", data), b, workdir)
-                    except StrataError:
-                        if k == 0:
-                            raise
+                    for narrow in (False, True):
+                        try:
+                            run_decoder(Case(i, b.name, d, "warm-up", data), b, workdir, narrow)
+                        except StrataError:
+                            if k == 0:
+                                raise
     shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -105,6 +105,28 @@ def test_checkpoint_bases_hold_every_plane_model_written_now(bases):
             bytecoder.SPLIT} <= models
 
 
+def test_narrow_code_cases_reach_the_narrow_kernels(bases):
+    """The cases run with narrow codes (``fuzzing.NARROW_SHARE``) decode with uint16 codes: the
+    tables of the lossy bases allow them (a base whose tables did not would fuzz the int32
+    kernels twice), and the default size threshold is back after them."""
+    from strata.lossy import reader
+
+    default = reader.NARROW_MIN_POINTS
+    widths = {}
+    try:
+        fz.narrow_codes(True)
+        for b in fz.load_bases(bases):
+            if b.kind == "lossy":
+                with strata.open((bases / b.file).read_bytes()) as r:
+                    if r.levels:
+                        widths[b.name] = np.dtype(r._codes_dtype(len(r.levels) - 1))
+    finally:
+        fz.narrow_codes(False)
+    assert reader.NARROW_MIN_POINTS == default > 0
+    narrow = [name for name, w in widths.items() if w == np.uint16]
+    assert len(narrow) >= len(widths) // 2, widths
+
+
 def test_mutations_keep_checksums_valid(bases):
     """A mutated stream is not refused for a checksum alone: its header CRC (and, for a lossy
     stream, its section CRCs, the enhancement section's too; for a field set, every embedded

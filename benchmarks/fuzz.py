@@ -165,6 +165,14 @@ def main() -> None:
         "",
         fz.table(outcomes, "base"),
         "",
+        "## Per code width",
+        "",
+        f"A lossy or field-set case lets the reader take narrow (uint16) codes for any size of stream "
+        f"({fz.NARROW_SHARE:.0%} of them, by index) or keeps its default (narrow only from 2**20 values on, "
+        "above every base stream): where the tables allow them, the narrow kernels decode.",
+        "",
+        fz.table(outcomes, "codes"),
+        "",
         "## Findings",
         "",
         fz.findings(outcomes, args.seed) or "None.",

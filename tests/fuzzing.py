@@ -1809,6 +1809,18 @@ def narrow_codes(on: bool) -> None:
     reader.NARROW_MIN_POINTS = 0 if on else _NARROW_DEFAULT[0]
 
 
+def narrow_case(index: int) -> bool:
+    """Whether case ``index`` (of a lossy or field-set base) may decode with narrow codes."""
+    return random.Random(f"narrow:{index}").random() < NARROW_SHARE
+
+
+def code_width(case: Case, base: Base) -> str:
+    """The codes a case's reads may take (the outcome tables' "codes" rows)."""
+    if base.kind not in ("lossy", "fields"):
+        return "none (checkpoint)"
+    return "uint16 where the tables allow" if narrow_case(case.index) else "default (int32 below 2**20 values)"
+
+
 def run_decoder(case: Case, base: Base, workdir: Path, narrow: bool | None = None) -> None:
     """Decode ``case.data`` with ``case.decoder`` (raises whatever the decoder raises); a
     lossy or field-set case with narrow codes (:data:`NARROW_SHARE` of the cases, by their
@@ -1817,7 +1829,7 @@ def run_decoder(case: Case, base: Base, workdir: Path, narrow: bool | None = Non
     if case.decoder in SELF_TESTS:
         return _misbehave(case.decoder)
     if base.kind in ("lossy", "fields"):
-        narrow_codes(random.Random(f"narrow:{case.index}").random() < NARROW_SHARE if narrow is None else narrow)
+        narrow_codes(narrow_case(case.index) if narrow is None else narrow)
     if base.kind == "fields":
         if rng.random() < 0.2:  # from a file
             path = workdir / "case.strata"
@@ -1947,6 +1959,7 @@ def worker_main(folder: str, seed: int, decoders: str, headroom: int) -> None:
                                     f"{traceback.extract_tb(exc.__traceback__)[-1]}"}) + "\n")
             continue
         proto.write(json.dumps({"i": i, "phase": "start", "base": case.base, "decoder": case.decoder,
+                                "codes": code_width(case, by_name[case.base]),
                                 "category": case.category}) + "\n")
         c0 = compiling.duration if compiling.done else 0.0
         t = time.perf_counter()
@@ -2008,6 +2021,7 @@ class Outcome:
     outcome: str  # "decoded", a strata error type, "other:Type", "crash", "hang"
     detail: str = ""
     seconds: float = 0.0
+    codes: str = ""  # the codes its reads may take (:func:`code_width`)
 
 
 class _Worker:
@@ -2068,7 +2082,7 @@ def run_pool(folder, seed: int, indices, decoders=ALL_DECODERS, workers: int = 2
     def finish(w, outcome, detail, seconds):
         start = w.start or {}
         results[w.index] = Outcome(w.index, start.get("base", "?"), start.get("decoder", "?"),
-                                   start.get("category", "?"), outcome, detail, seconds)
+                                   start.get("category", "?"), outcome, detail, seconds, start.get("codes", "?"))
         w.index = None
         if progress:
             progress(len(results), len(indices))
@@ -2304,7 +2318,7 @@ def is_failure(o: Outcome) -> bool:
 
 
 def table(outcomes: list[Outcome], by: str = "category") -> str:
-    """Markdown table: per mutated field (or decoder, or base stream), the number of cases,
+    """Markdown table: per mutated field (or decoder, base stream, codes), the number of cases,
     decoded, each strata error type, other exceptions, crashes and hangs."""
     errs = sorted({o.outcome for o in outcomes if not is_failure(o) and o.outcome != "decoded"})
     cols = ["cases", "decoded"] + errs + ["other exceptions", "crashes", "hangs"]
@@ -2323,7 +2337,7 @@ def table(outcomes: list[Outcome], by: str = "category") -> str:
     for r in rows.values():
         for c in cols:
             total[c] += r[c]
-    head = {"category": "mutated field", "decoder": "decoder", "base": "base stream"}[by]
+    head = {"category": "mutated field", "decoder": "decoder", "base": "base stream", "codes": "codes"}[by]
     lines = [f"| {head} | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     for key in sorted(rows):
         lines.append(f"| {key} | " + " | ".join(str(rows[key][c]) for c in cols) + " |")

@@ -127,11 +127,17 @@ _DEEP = "\u0000deep\u0000"
 def _dumps(obj) -> bytes:
     text = json.dumps(obj, separators=(",", ":"), allow_nan=True, ensure_ascii=False)
     marker = json.dumps(_DEEP)[:-1]  # '"\\u0000deep\\u0000'
-    while marker in text:  # a deeply nested list, spliced in as text
-        i = text.index(marker)
-        j = text.index('"', i + 1)
-        depth = int(text[i + len(marker):j])
-        text = text[:i] + "[" * depth + "]" * depth + text[j + 1:]
+    start = 0
+    while (i := text.find(marker, start)) >= 0:  # a deeply nested list, spliced in as text
+        k = j = i + len(marker)
+        while j < len(text) and text[j] in "0123456789":
+            j += 1
+        if k < j < len(text) and text[j] == '"':
+            depth = int(text[k:j])
+            text = text[:i] + "[" * depth + "]" * depth + text[j + 1:]
+            start = i + 2 * depth
+        else:  # a string that only holds the marker (a mutation joined two of them): kept as text
+            start = k
     return text.encode("utf-8", "surrogatepass")
 
 

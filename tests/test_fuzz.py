@@ -23,6 +23,7 @@ runs long campaigns) and ``STRATA_FUZZ_SEED`` change the run.
 """
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -125,6 +126,14 @@ def test_narrow_code_cases_reach_the_narrow_kernels(bases):
     assert reader.NARROW_MIN_POINTS == default > 0
     narrow = [name for name, w in widths.items() if w == np.uint16]
     assert len(narrow) >= len(widths) // 2, widths
+
+
+def test_deep_json_markers_splice_only_whole_markers():
+    """A JSON value standing for nested lists is spliced in; a string that holds the marker twice
+    (a mutation that doubled one: campaign seed 3, case 567463, a fuzzer error) stays a string."""
+    assert fz._dumps({"a": fz.deep(3), "b": [fz.deep(1)]}) == b'{"a":[[[]]],"b":[[]]}'
+    doubled = fz.deep(3) * 2
+    assert json.loads(fz._dumps([doubled, fz.deep(2)])) == [doubled, [[]]]
 
 
 def test_mutations_keep_checksums_valid(bases):

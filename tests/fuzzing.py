@@ -22,6 +22,7 @@ collects outcomes; the outcome table.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -1802,7 +1803,12 @@ def _read_fields(case: Case, source, rng: random.Random) -> None:
         raise ValueError(case.decoder)
 
 
-_NARROW_DEFAULT: list[int] = []
+@functools.cache
+def _narrow_default() -> int:
+    """The reader's own size threshold for narrow codes (read before any case changes it)."""
+    from strata.lossy import reader
+
+    return reader.NARROW_MIN_POINTS
 
 
 def narrow_codes(on: bool) -> None:
@@ -1810,9 +1816,8 @@ def narrow_codes(on: bool) -> None:
     them), or from its default size on."""
     from strata.lossy import reader
 
-    if not _NARROW_DEFAULT:
-        _NARROW_DEFAULT.append(reader.NARROW_MIN_POINTS)
-    reader.NARROW_MIN_POINTS = 0 if on else _NARROW_DEFAULT[0]
+    default = _narrow_default()  # (first read while the reader's own value is in place)
+    reader.NARROW_MIN_POINTS = 0 if on else default
 
 
 def narrow_case(index: int) -> bool:

@@ -179,9 +179,11 @@ def _count(first, step, hi):
 #: axis 2 (arrays ``mem0 = n1 * n2`` and ``n2`` apart on axes 0 and 1); the pass predicts along
 #: ``axis`` at stride ``s`` (neighbours ``d1`` apart in memory), an axis of ``n_axis`` points in
 #: the whole grid whose index ``ioff`` is the arrays' first; interpolation (``cub``) and
-#: quantizer (``eb``, ``inv_bin``, ``bin_width``) of its step.
+#: quantizer (``eb``, ``inv_bin``, ``bin_width``) of its step; for a pass along axis 2, the
+#: points ``k`` in ``[e_lo, e_hi)`` of every row are interior (the others near an edge).
 _Rows = namedtuple("_Rows",
-                   "nb c1 c2 f0 f1 f2 steps0 steps1 st2 mem0 n2 axis s n_axis ioff d1 cub eb inv_bin bin_width")
+                   "nb c1 c2 f0 f1 f2 steps0 steps1 st2 mem0 n2 axis s n_axis ioff d1 cub eb inv_bin bin_width "
+                   "e_lo e_hi")
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -342,9 +344,14 @@ def _pass_rows(shape, table, bounds, cubic, geo, p, ax_s, a, b):
     c2 = _count(f2, st2, hi2)
     eb = bounds[p]
     nb = (c2 + _BLOCK - 1) // _BLOCK
+    # along axis 2: points k (of a row) in [e_lo, e_hi) have the whole stencil inside the grid
+    g2 = geo[2] + f2  # (index of a row's first point in the whole grid)
+    reach = 3 * s if cubic[p] else s
+    e_lo = -((g2 - reach) // st2)
+    e_hi = -((g2 + reach - geo[5]) // st2)
     rows = _Rows(nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s, geo[3 + axis], geo[axis],
                  s * (mem0 if axis == 0 else (n2 if axis == 1 else 1)), cubic[p], eb,
-                 0.5 / eb if eb > 0 else 0.0, 2.0 * eb)
+                 0.5 / eb if eb > 0 else 0.0, 2.0 * eb, e_lo, e_hi)
     return rows, c0 * c1 * nb
 
 
@@ -371,10 +378,8 @@ def _row(mode, x, codes, orig, missing, bx, bc, g, i0, i1, k0, k1):
         c_lo, c_hi = k0, k1
     else:
         # along axis 2: points k in [c_lo, c_hi) are interior (cubic, or linear), the others near an edge
-        g2 = g.ioff + g.f2  # (index of the row's first point in the whole grid)
-        reach = 3 * s if g.cub else s
-        c_lo = min(k1, max(k0, -((g2 - reach) // st2)))
-        c_hi = min(k1, max(c_lo, -((g2 + reach - g.n_axis) // st2)))
+        c_lo = min(k1, max(k0, g.e_lo))
+        c_hi = min(k1, max(c_lo, g.e_hi))
         rule = _CUBIC if g.cub else _LINEAR
     lanes = (c_hi - c_lo - 1) * st2 + 1
     vector = ((rule == _CUBIC or rule == _LINEAR) and st2 <= _MAX_LANE_STEP and lanes >= _VECTOR
@@ -411,7 +416,7 @@ def _scalar(mode, x, codes, orig, missing, g, row, i0, i1, k0, k1, rule):
         _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), g.eb, g.inv_bin, g.bin_width)
 
 
-@njit(nogil=True, _nrt=False)
+@njit(inline="always")
 def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_bin, bin_width):
     """Cubic (or linear) points ``start + k * st2`` (``st2`` a power of 2, neighbours ``d1``
     apart) over the ``lanes`` (at least ``_VECTOR``) contiguous memory indices from ``start``,
@@ -424,8 +429,8 @@ def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_b
     u1 = np.uint64(d1)
     n_chunks = (lanes + _CHUNK - 1) // _CHUNK
     for c in range(n_chunks):
-        c0 = c * lanes // n_chunks
-        n = np.uint64((c + 1) * lanes // n_chunks - c0)  # (at least _VECTOR)
+        c0 = c * lanes // n_chunks if n_chunks > 1 else 0
+        n = np.uint64((c + 1) * lanes // n_chunks - c0 if n_chunks > 1 else lanes)  # (at least _VECTOR)
         base = np.uint64(start + c0)
         first = np.uint64(c0)
         for t in range(n & ~np.uint64(_VECTOR - 1)):

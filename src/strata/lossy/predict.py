@@ -426,9 +426,8 @@ def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_b
     value, then copied back. The same operations as point by point, so the same bits; the lanes
     between points belong to other passes, which no thread runs meanwhile, and their loads read
     only what the points' loads read. The last ``_VECTOR`` lanes of a chunk run as one vector,
-    again where they overlap the others, instead of a scalar remainder. Inlined into its row
-    (:func:`_row`): as a call of its own (fifteen arguments, once a row), era5_t2m's finest-level
-    passes, rows of 49 points, took 2.7 ms on one thread instead of 2.05."""
+    again where they overlap the others, instead of a scalar remainder. Decoding with the cubic
+    rule runs it inlined into the row (:func:`_cubic_lanes`)."""
     u1 = np.uint64(d1)
     n_chunks = (lanes + _CHUNK - 1) // _CHUNK
     for c in range(n_chunks):
@@ -448,6 +447,7 @@ def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_b
                 codes[base + t] = bc[t]
 
 
+#: :func:`_lanes` compiled into its caller (numba inlines it), for :func:`_cubic_lanes`.
 _lanes_inlined = njit(inline="always")(_lanes.py_func)
 
 

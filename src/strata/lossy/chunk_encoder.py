@@ -279,19 +279,18 @@ def _choose(counts, groups):
     return best
 
 
-
-
-def level_tables(hist: np.ndarray):
+def level_tables(hist: np.ndarray, grouping: int = -1):
     """From histograms ``(n, 27, ALPHABET)`` (summed over ``n``): the grouping chosen (index
-    into :data:`CONTEXT_GROUPS`, smallest estimated size), its serialized tables
-    (:func:`strata.entropy.tables.serialize`), and the encoder constants
-    (:func:`strata.entropy.rans.encoder_table`; symbols up to the largest one present)."""
-    group, table_bytes, enc = _level_tables(hist, GROUPS)
+    into :data:`CONTEXT_GROUPS`, smallest estimated size, or ``grouping`` when it is one), its
+    serialized tables (:func:`strata.entropy.tables.serialize`), and the encoder constants
+    (:func:`strata.entropy.rans.encoder_table`; symbols up to the largest one present).
+    ``benchmarks/speed_budget.py`` forces a grouping to measure what the context model costs."""
+    group, table_bytes, enc = _level_tables(hist, GROUPS, grouping)
     return group, table_bytes.tobytes(), enc
 
 
 @njit(nogil=True, cache=True)
-def _level_tables(hist, groups):
+def _level_tables(hist, groups, grouping):
     # the symbols up to the largest one present (the same tables, in fewer columns)
     top = 1
     for w in range(hist.shape[0]):
@@ -302,7 +301,7 @@ def _level_tables(hist, groups):
     counts = np.zeros((hist.shape[1], top), np.int64)
     for w in range(hist.shape[0]):
         counts += hist[w, :, :top]
-    group = _choose(counts, groups)
+    group = _choose(counts, groups) if grouping < 0 else grouping
     codes = tables.approx_code(grouped_counts(counts, groups[group]))
     out = np.empty(codes.shape[0] * (codes.shape[1] + 8), np.uint8)
     n = tables.serialize_into(codes, out)

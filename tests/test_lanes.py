@@ -179,3 +179,23 @@ def test_unpredictable_values_in_few_and_in_many_per_chunk(dtype):
     y = strata.decompress(strata.compress(a, abs_error=eb))
     assert np.array_equal(y[spikes], a[spikes])
     assert np.abs(y[~spikes].astype(np.float64) - a[~spikes].astype(np.float64)).max() <= eb
+
+
+@pytest.mark.parametrize("group", range(len(chunks.CONTEXT_GROUPS)))
+def test_a_forced_context_grouping_codes_the_same_values(monkeypatch, group):
+    """``chunk_encoder.level_tables(..., grouping=g)`` (what benchmarks/speed_budget.py forces)
+    codes every level under grouping ``g``: the level heads name it, and the stream decodes to
+    the same values, bit for bit, as the grouping the encoder chooses (only the entropy coding
+    of the same codes differs)."""
+    import functools
+
+    from strata.lossy import chunk_encoder
+
+    a = _noisy((41, 45, 50), np.float32, 11)
+    chosen = strata.decompress(strata.compress(a, abs_error=1e-3))
+    monkeypatch.setattr(chunk_encoder, "level_tables", functools.partial(chunk_encoder.level_tables, grouping=group))
+    blob = strata.compress(a, abs_error=1e-3)
+    r = LossyReader(blob)
+    for lv in range(len(r.header.levels)):
+        assert np.array_equal(r._level_tables(lv).cmap, chunks.CONTEXT_GROUPS[group])
+    assert np.array_equal(strata.decompress(blob).view(np.uint32), chosen.view(np.uint32))

@@ -3,6 +3,7 @@ the same quantization codes as the serial coder, so the same decoded values bit 
 encoder picks it only for levels of big chunks; hostile level heads and chunks are refused."""
 from __future__ import annotations
 
+import functools
 import struct
 
 import numpy as np
@@ -11,8 +12,8 @@ from numba import njit
 
 import strata
 from strata.container import crc32
-from strata.errors import CorruptStreamError
-from strata.lossy import chunk_decoder, chunks
+from strata.errors import CorruptStreamError, InvalidInputError
+from strata.lossy import chunk_decoder, chunk_encoder, chunks
 from strata.lossy.reader import LossyReader
 
 
@@ -186,11 +187,7 @@ def test_a_forced_context_grouping_codes_the_same_values(monkeypatch, group):
     """``chunk_encoder.level_tables(..., grouping=g)`` (what benchmarks/speed_budget.py forces)
     codes every level under grouping ``g``: the level heads name it, and the stream decodes to
     the same values, bit for bit, as the grouping the encoder chooses (only the entropy coding
-    of the same codes differs)."""
-    import functools
-
-    from strata.lossy import chunk_encoder
-
+    of the same codes differs); a grouping that is not one is refused."""
     a = _noisy((41, 45, 50), np.float32, 11)
     chosen = strata.decompress(strata.compress(a, abs_error=1e-3))
     monkeypatch.setattr(chunk_encoder, "level_tables", functools.partial(chunk_encoder.level_tables, grouping=group))
@@ -199,3 +196,6 @@ def test_a_forced_context_grouping_codes_the_same_values(monkeypatch, group):
     for lv in range(len(r.header.levels)):
         assert np.array_equal(r._level_tables(lv).cmap, chunks.CONTEXT_GROUPS[group])
     assert np.array_equal(strata.decompress(blob).view(np.uint32), chosen.view(np.uint32))
+    hist = np.zeros((1, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
+    with pytest.raises(InvalidInputError):
+        chunk_encoder.level_tables(hist, grouping=len(chunks.CONTEXT_GROUPS))

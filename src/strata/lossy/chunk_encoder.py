@@ -13,6 +13,7 @@ from .._numba import serial_runner
 from ..entropy import rans, tables
 from ..entropy.binning import ALPHABET, DIRECT, ESCAPE, to_symbol, to_symbol_flat, zigzag
 from ..entropy.bytecoder import copy_into
+from ..errors import InvalidInputError
 from .chunks import (
     CODER_LANES,
     GROUPS,
@@ -284,8 +285,14 @@ def level_tables(hist: np.ndarray, grouping: int = -1):
     into :data:`CONTEXT_GROUPS`, smallest estimated size, or ``grouping`` when it is one), its
     serialized tables (:func:`strata.entropy.tables.serialize`), and the encoder constants
     (:func:`strata.entropy.rans.encoder_table`; symbols up to the largest one present).
-    ``benchmarks/speed_budget.py`` forces a grouping to measure what the context model costs."""
-    group, table_bytes, enc = _level_tables(hist, GROUPS, grouping)
+    ``benchmarks/speed_budget.py`` forces a grouping to measure what the context model costs.
+
+    Raises:
+        InvalidInputError: ``grouping`` is neither -1 (choose) nor an index of ``CONTEXT_GROUPS``.
+    """
+    if not -1 <= grouping < GROUPS.shape[0]:
+        raise InvalidInputError(f"context grouping must be -1 or in 0..{GROUPS.shape[0] - 1}, got {grouping}")
+    group, table_bytes, enc = _level_tables(hist, GROUPS, int(grouping))
     return group, table_bytes.tobytes(), enc
 
 

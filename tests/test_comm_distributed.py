@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import time
 from datetime import timedelta
 
@@ -36,6 +37,7 @@ from strata.comm.model import wire_bits  # noqa: E402
 from strata.comm.quantize import qmax  # noqa: E402
 
 DEADLINE_S = 240  # per spawned test; a collective that waits longer than 60 s raises in the workers
+GRACE_S = 10.0  # the other ranks' time to finish (and write their tracebacks) once one has failed
 
 
 def _entry(rank: int, fn, world: int, rdzv: str, args: tuple, backend: str) -> None:
@@ -66,12 +68,31 @@ def spawn(fn, world: int, tmp_path, *args, backend: str = "gloo") -> None:
     ctx = mp.start_processes(_entry, args=(fn, world, str(tmp_path / "rdzv"), args, backend), nprocs=world, join=False,
                              start_method="spawn")
     deadline = time.monotonic() + DEADLINE_S
-    while not ctx.join(timeout=1.0):  # raises ProcessRaisedException with the worker's traceback
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-            pytest.fail(f"{fn.__name__} with {world} ranks did not finish in {DEADLINE_S} s")
+    try:
+        # raises ProcessRaisedException with the worker's traceback; the others get GRACE_S to finish first
+        while not ctx.join(timeout=1.0, grace_period=GRACE_S):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        p.kill()
+                pytest.fail(f"{fn.__name__} with {world} ranks did not finish in {DEADLINE_S} s")
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+        # a rank that raises tears its process group down, and a peer still inside a collective then
+        # fails too (gloo: "Connection closed by peer", or SIGABRT); join reports whichever rank ends
+        # first, so show what the others raised
+        raised = [t for i, f in enumerate(ctx.error_files) if i != e.error_index and (t := _raised(f))]
+        if raised:
+            pytest.fail(f"{fn.__name__}: {e}\n\n-- the other ranks raised (what may have made rank "
+                        f"{e.error_index} fail):\n" + "\n".join(raised))
+        raise
+
+
+def _raised(error_file: str) -> str:
+    """The traceback a spawned rank wrote to its ``error_file`` (torch.multiprocessing), or ''."""
+    if not os.path.exists(error_file) or os.path.getsize(error_file) == 0:
+        return ""
+    with open(error_file, "rb") as f:
+        return pickle.load(f)
 
 
 # ----------------------------------------------------------------------------------------------------------------

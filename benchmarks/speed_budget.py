@@ -42,8 +42,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import strata  # noqa: E402
 from common import machine  # noqa: E402
-from speed_per_core import RESULTS, SCI, field_cases  # noqa: E402
+from speed_per_core import RESULTS, SCI, field_cases, rounds, with_threads  # noqa: E402
+from strata import metrics  # noqa: E402
 from strata.container import atomic_write  # noqa: E402
+from strata.inputs import read_array  # noqa: E402
 from strata.lossy import chunk_decoder, chunk_encoder  # noqa: E402
 
 #: Speed the issue asks of one thread, as a multiple of SZ3's.
@@ -121,11 +123,12 @@ def per_field(path: Path, rels, repeats: int) -> list[dict]:
 def groupings(path: Path, rels, repeats: int) -> list[dict]:
     """One-thread decompression of streams coded with the chosen context grouping and with
     each of :data:`GROUPINGS` forced (through ``chunk_encoder.level_tables``)."""
-    _, _, a, cases = field_cases(path, rels)
+    a = read_array(path)
+    vr = metrics.value_range(a)
     chosen = chunk_encoder.level_tables
     rows = []
-    numba.set_num_threads(1)
-    for rel, eb, _ in cases:
+    for rel in rels:
+        eb = rel * vr
         blobs = {"chosen": strata.compress(a, abs_error=eb)}
         try:
             for name, g in GROUPINGS.items():
@@ -135,18 +138,11 @@ def groupings(path: Path, rels, repeats: int) -> list[dict]:
             chunk_encoder.level_tables = chosen
         for blob in blobs.values():
             assert np.abs(strata.decompress(blob).astype(np.float64) - a).max() <= eb, (path.name, rel)
-        ns = defaultdict(list)
-        for _ in range(repeats):
-            for k, blob in blobs.items():
-                gc.collect()
-                t0 = time.perf_counter()
-                strata.decompress(blob)
-                ns[k].append((time.perf_counter() - t0) / a.size * 1e9)
-        rows.append(dict(field=path.stem, rel_eb=rel, ns={k: statistics.median(v) for k, v in ns.items()},
+        t = rounds({k: with_threads(1, functools.partial(strata.decompress, b)) for k, b in blobs.items()}, repeats)
+        rows.append(dict(field=path.stem, rel_eb=rel, ns={k: v / a.size * 1e9 for k, v in t.items()},
                          size={k: len(b) / len(blobs["chosen"]) - 1 for k, b in blobs.items()}))
         print(f"{path.stem[:16]:16s} {rel:.0e}  decompress " + ", ".join(
             f"{k} {rows[-1]['ns'][k]:.2f} ({100 * rows[-1]['size'][k]:+.1f} %)" for k in blobs), flush=True)
-    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     return rows
 
 

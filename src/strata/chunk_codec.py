@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,13 +130,17 @@ class ChunkConfig:
         out["version"] = CONFIG_VERSION
         return out
 
-    def encode(self, chunk: np.ndarray, array_fill_value=None) -> bytes:
-        """Compress one chunk (any float32/float64 array, views and non-contiguous arrays
-        included) to a strata lossy stream.
+    def encode(self, chunk: np.ndarray, array_fill_value=None, metadata: dict | None = None) -> bytes:
+        """Compress one chunk (any float32/float64 array of either byte order, C or Fortran
+        order, views and non-contiguous arrays included) to a strata lossy stream.
+
+        The stream holds the chunk's values by element in C order and little-endian, whatever
+        the layout given (see :func:`strata.lossy.compress`).
 
         Args:
             chunk: the chunk's values, shape and dtype kept in the stream.
             array_fill_value: the array's own fill value; values equal to it are missing.
+            metadata: a JSON object kept in the stream (:attr:`strata.lossy.LossyReader.metadata`).
 
         Raises:
             UnsupportedDtypeError: ``chunk`` is not float32/float64 (a lossy codec for
@@ -147,7 +152,8 @@ class ChunkConfig:
         fills = [f for f in (self.fill_value, array_fill_value) if _usable_fill(f, chunk.dtype)]
         if len(fills) == 2 and chunk.dtype.type(fills[0]) != chunk.dtype.type(fills[1]):
             mask = chunk == chunk.dtype.type(fills[1])
-        return compress(chunk, abs_error=self.abs_error, fill_value=fills[0] if fills else None, mask=mask)
+        return compress(chunk, abs_error=self.abs_error, fill_value=fills[0] if fills else None, mask=mask,
+                        metadata=metadata)
 
 
 def _usable_fill(value, dtype: np.dtype) -> bool:
@@ -165,44 +171,65 @@ def _usable_fill(value, dtype: np.dtype) -> bool:
 
 
 def check_dtype(dtype) -> np.dtype:
-    """Raise :class:`UnsupportedDtypeError` unless ``dtype`` is float32 or float64."""
+    """``dtype`` if it is float32 or float64, in either byte order (a big-endian chunk is
+    compressed by value and decoded back to the dtype its array declares).
+
+    Raises:
+        UnsupportedDtypeError: any other dtype.
+    """
     dtype = np.dtype(dtype)
-    if dtype not in _DTYPES:
-        raise UnsupportedDtypeError(
-            f"the strata lossy codec takes float32/float64 arrays, not {dtype}: store integer and bool arrays "
-            "with a lossless codec")
+    if dtype.newbyteorder("=") not in _DTYPES:
+        hint = ": store integer and bool arrays with a lossless codec" if dtype.kind in "biu" else ""
+        raise UnsupportedDtypeError(f"the strata lossy codec takes float32/float64 arrays, not {dtype}{hint}")
     return dtype
 
 
-def decode(data, dtype=None, shape=None, selection=None, *, name: str = "chunk") -> np.ndarray:
+@contextmanager
+def reading(data, name: str = "chunk"):
+    """A :class:`strata.lossy.LossyReader` on one chunk's stream (its header read and checked,
+    nothing decoded yet); a :class:`FormatError` raised in the block names the chunk.
+
+    Args:
+        data: the stream (bytes-like).
+        name: how errors name the chunk (its store key).
+
+    Raises:
+        FormatError, TruncatedStreamError, CorruptStreamError: not a strata stream, or a
+            damaged one; the message starts with ``name``.
+    """
+    try:
+        with LossyReader(data) as r:
+            yield r
+    except FormatError as exc:
+        raise type(exc)(f"{name}: {exc}") from exc
+
+
+def decode(data, dtype, shape, selection=None, *, name: str = "chunk") -> np.ndarray:
     """Decode one chunk's stream, checking it is a chunk of this array.
 
     Args:
         data: the stream (bytes-like).
-        dtype, shape: the chunk's expected dtype and shape (``None``: the stream's own, for a
-            codec that is not told them, like numcodecs').
+        dtype, shape: the chunk's dtype and shape, as its array declares them. The stream
+            holds native float32/float64: a ``dtype`` of the other byte order (e.g. ``>f4``)
+            is given back by value.
         selection: a tuple of slices and integers (numpy basic indexing) into the chunk:
             only the strata chunks it needs are decoded (see
             :meth:`strata.lossy.LossyReader.read`); ``None`` decodes the whole chunk.
         name: how errors name the chunk (its store key).
 
     Returns:
-        ndarray of ``dtype``: the chunk, or ``chunk[selection]``.
+        ndarray of ``dtype`` (C order): the chunk, or ``chunk[selection]``.
 
     Raises:
         CorruptStreamError: the stream is damaged, or of another dtype or shape (the error
             names the chunk); FormatError: not a strata stream.
     """
-    try:
-        with LossyReader(data) as r:
-            dtype = r.dtype if dtype is None else np.dtype(dtype)
-            shape = tuple(r.shape) if shape is None else tuple(shape)
-            if r.dtype != dtype or tuple(r.shape) != shape:
-                raise CorruptStreamError(f"holds a {r.dtype} array of shape {tuple(r.shape)}, the array's chunk "
-                                         f"is {np.dtype(dtype)} of shape {tuple(shape)}")
-            return r.read(region=selection)
-    except FormatError as exc:
-        raise type(exc)(f"{name}: {exc}") from exc
+    dtype, shape = np.dtype(dtype), tuple(shape)
+    with reading(data, name) as r:
+        if r.dtype != dtype.newbyteorder("=") or tuple(r.shape) != shape:
+            raise CorruptStreamError(f"holds a {r.dtype} array of shape {tuple(r.shape)}, the array's chunk "
+                                     f"is {dtype} of shape {shape}")
+        return r.read(region=selection).astype(dtype, copy=False)
 
 
 def resolve_rel_error(data, rel_error: float, fill_value=None) -> ChunkConfig:
@@ -269,4 +296,5 @@ def valid_range(data, fill_value=None) -> tuple[float | None, float | None]:
     return float(lo), float(hi)
 
 
-__all__ = ["CONFIG_VERSION", "ChunkConfig", "check_dtype", "decode", "resolve_rel_error", "valid_range"]
+__all__ = ["CONFIG_VERSION", "ChunkConfig", "check_dtype", "decode", "reading", "resolve_rel_error",
+           "valid_range"]

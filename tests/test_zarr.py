@@ -234,14 +234,94 @@ def test_numcodecs_codec():
         codec.decode(b"not a strata stream at all")
 
 
-def test_numcodecs_codec_in_a_zarr_v2_store(tmp_path):
-    x = _field((30, 33, 49))
+def _era5_or_random(name, shape=(48, 33, 49)):
+    if name == "random":
+        return np.random.default_rng(7).random(shape).astype(np.float32)
+    path = SCI / "era5_t2m_744x33x49.f32"
+    if not path.exists():
+        pytest.skip("../shared/data/sci/era5_t2m_744x33x49.f32 not present")
+    return np.fromfile(path, "<f4").reshape(744, 33, 49)[:shape[0]].copy()
+
+
+@pytest.mark.parametrize("name", ["era5_t2m", "random"])
+@pytest.mark.parametrize("eb", [0.0, 0.01])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_numcodecs_codec_in_a_zarr_v2_store(tmp_path, order, eb, name):
+    """zarr v2 hands the compressor each chunk in the array's order and reads the decoded
+    chunk's memory in that order: Fortran-ordered stores decode right (bit for bit at bound 0),
+    edge chunks and NaN holes included."""
+    x = _era5_or_random(name)
     x[2, :3, :3] = np.nan
-    z = zarr.create_array(str(tmp_path / "v2.zarr"), shape=x.shape, chunks=(10, 33, 49), dtype="f4",
-                          compressors=Strata(abs_error=0.01), filters=None, zarr_format=2, fill_value=np.nan)
+    path = str(tmp_path / "v2.zarr")
+    z = zarr.create_array(path, shape=x.shape, chunks=(20, 16, 49), dtype="f4", compressors=Strata(abs_error=eb),
+                          filters=None, zarr_format=2, fill_value=np.nan, order=order)
+    z[:] = np.asarray(x, order=order)
+    back = zarr.open_array(path, mode="r")
+    assert back.metadata.order == order
+    y = back[:]
+    if eb == 0:
+        assert np.array_equal(y.view(np.uint32), x.view(np.uint32))
+    _check_bound(x, y, eb, np.isnan(x))
+    assert np.array_equal(back[5:25, 3:20, 40], y[5:25, 3:20, 40], equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">f8"])
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_big_endian_arrays(tmp_path, dtype, zarr_format):
+    """Big-endian float arrays are compressed by value and read back in the dtype the store
+    declares (zarr v3 stores ``float32``/``float64``: byte order is the serializer's business)."""
+    x = _field((20, 33, 49)).astype(dtype)
+    x[3, 4:9, 7] = np.nan
+    codec = {"serializer": StrataCodec(abs_error=0.02), "compressors": None} if zarr_format == 3 else {
+        "compressors": Strata(abs_error=0.02), "filters": None}
+    path = str(tmp_path / "be.zarr")
+    z = zarr.create_array(path, shape=x.shape, chunks=(8, 20, 30), dtype=dtype, zarr_format=zarr_format,
+                          fill_value=np.nan, **codec)
     z[:] = x
-    y = zarr.open_array(str(tmp_path / "v2.zarr"), mode="r")[:]
-    _check_bound(x, y, 0.01, np.isnan(x))
+    y = zarr.open_array(path, mode="r")[:]
+    assert y.dtype == (np.dtype(dtype) if zarr_format == 2 else np.dtype(dtype).newbyteorder("="))
+    _check_bound(x.astype(np.dtype(dtype).newbyteorder("=")), y.astype(y.dtype.newbyteorder("=")), 0.02,
+                 np.isnan(x))
+
+
+def test_sharded_partial_chunks_and_fill_values():
+    """zarr v3 sharding with the strata serializer inside the shards: edge shards and chunks,
+    chunks never written (the array's fill value), NaN and a CF fill value in the chunks."""
+    x = _field((40, 33, 49))
+    x[:, :3, :4] = np.nan
+    x[30, 10, 5:9] = -9999.0
+    z = zarr.create_array(zarr.storage.MemoryStore(), shape=(50, 33, 49), chunks=(8, 10, 16), shards=(16, 20, 32),
+                          dtype="f4", serializer=StrataCodec(abs_error=0.05, fill_value=-9999.0), compressors=None,
+                          fill_value=-1.0)
+    z[:40] = x                            # time steps 40..49 never written
+    y = z[:]
+    assert np.all(y[40:] == -1.0)
+    _check_bound(x, y[:40], 0.05, np.isnan(x) | (x == -9999.0))
+    for sel in [(slice(3, 19), slice(9, 23), slice(15, 40)), (39, slice(None), 48), (slice(12, 45), 31, slice(0, 5))]:
+        assert np.array_equal(z[sel], y[sel], equal_nan=True)
+
+
+def test_stores_reopen_in_a_fresh_process(tmp_path):
+    """A process that never imported strata reads zarr v2 (Fortran order) and v3 stores from
+    their metadata alone: the codecs come back through the numcodecs and zarr entry points."""
+    import subprocess
+    import sys
+
+    x = _field((24, 33, 49))
+    x[4, :5, :5] = np.nan
+    v2 = zarr.create_array(str(tmp_path / "v2.zarr"), shape=x.shape, chunks=(10, 33, 20), dtype="f4", order="F",
+                           compressors=Strata(abs_error=0.01), filters=None, zarr_format=2, fill_value=np.nan)
+    v2[:] = x
+    v3, _ = _array(x, (10, 20, 30), StrataCodec(abs_error=0.01), store=str(tmp_path / "v3.zarr"))
+    code = ("import sys, numpy as np, zarr\n"
+            "assert not any(m.startswith('strata') for m in sys.modules)\n"
+            "for name in ('v2', 'v3'):\n"
+            "    np.save(f'{sys.argv[1]}/{name}.npy', zarr.open_array(f'{sys.argv[1]}/{name}.zarr', mode='r')[:])\n")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300)
+    for name, z in (("v2", v2), ("v3", v3)):
+        y = np.load(tmp_path / f"{name}.npy")
+        assert np.array_equal(y, z[:], equal_nan=True)
+        _check_bound(x, y, 0.01, np.isnan(x))
 
 
 # ---------------------------------------------------------------------- xarray

@@ -18,6 +18,8 @@ point, so a store written with it opens wherever strata is installed. Its config
 once against the whole array by :meth:`StrataCodec.for_array` or
 :func:`strata.xarray.encoding`, never per chunk). Missing values: NaN, the configuration's
 ``fill_value`` and the array's own fill value, all decoded to their exact original bits.
+Big-endian arrays (``dtype=">f4"``) are compressed by value; zarr v3 stores their data type as
+``float32``/``float64`` (byte order is the serializer's business) and reads them back native.
 
 Partial decoding: reading a box of a chunk fetches the chunk's stream once (one store read
 per chunk) and decodes only the strata chunks the box needs (zarr's
@@ -61,8 +63,8 @@ class StrataCodec(ArrayBytesCodecPartialDecodeMixin, ArrayBytesCodec):
     Raises:
         InvalidInputError: a missing, negative or non-finite bound, a relative bound given
             without an absolute one, unknown configuration keys or version (``from_dict``).
-        UnsupportedDtypeError: the array is not float32/float64 (raised when the array is
-            created or a chunk is written).
+        UnsupportedDtypeError: the array is not float32/float64 (either byte order; raised
+            when the array is created or a chunk is written).
         CorruptStreamError, TruncatedStreamError, FormatError: a damaged chunk on read; the
             message starts with the chunk's store key.
     """

@@ -381,7 +381,7 @@ def test_xarray_encoding_bad_input():
     with pytest.raises(InvalidInputError, match="'t2m'.*none"):
         sx.encoding(empty, rel_error=1e-3)
     v2 = sx.encoding(ds, abs_error=0.1, variables=["w"], zarr_format=2)
-    assert isinstance(v2["w"]["compressor"], Strata)
+    assert isinstance(v2["w"]["compressors"], Strata)
 
 
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),

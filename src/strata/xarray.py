@@ -66,13 +66,15 @@ def encoding(ds, *, rel_error=None, abs_error=None, variables=None, zarr_format:
         variables: names to compress (default: :func:`lossy_variables`); each must be a float
             variable, and with a mapping bound, a key of it.
         zarr_format: 3 (the strata codec is the serializer) or 2 (it is the numcodecs
-            compressor, :class:`strata.numcodecs.Strata`).
+            compressor, :class:`strata.numcodecs.Strata`); pass the same ``zarr_format`` to
+            ``to_zarr``.
 
     Returns:
         ``{name: {"serializer": StrataCodec, "compressors": None, "filters": None}}`` (zarr v3)
-        or ``{name: {"compressor": Strata, "filters": None}}`` (zarr v2), plus the variable's
-        own ``_FillValue``, ``missing_value`` and ``dtype`` encoding (xarray replaces a
-        variable's encoding by the one given to ``to_zarr``).
+        or ``{name: {"compressors": Strata, "filters": None}}`` (zarr v2: the keys xarray
+        takes with zarr-python 3 in both formats), plus the variable's own ``_FillValue``,
+        ``missing_value`` and ``dtype`` encoding (xarray replaces a variable's encoding by the
+        one given to ``to_zarr``).
 
     Raises:
         InvalidInputError: neither or both bounds, an unknown or non-float variable, a variable
@@ -116,4 +118,4 @@ def _codec_encoding(config: ChunkConfig, zarr_format: int) -> dict:
         return {"serializer": StrataCodec(**config.to_json()), "compressors": None, "filters": None}
     from .numcodecs import Strata
 
-    return {"compressor": Strata(**config.to_json()), "filters": None}
+    return {"compressors": Strata(**config.to_json()), "filters": None}

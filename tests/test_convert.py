@@ -145,6 +145,43 @@ def test_round_trip_nc_zarr_nc(nc, tmp_path):
     check_bound(src.t2m.values, back.t2m.values, codec_config(out, "t2m")[0][0]["configuration"]["abs_error"])
 
 
+def test_store_has_consolidated_metadata(nc, tmp_path):
+    """xr.open_zarr looks for consolidated metadata first and warns when there is none."""
+    import warnings
+
+    out = tmp_path / "out.zarr"
+    assert run("convert", nc, out, "--abs", "0.1").exit_code == 0
+    consolidated = json.loads((out / "zarr.json").read_text())["consolidated_metadata"]["metadata"]
+    assert {"t2m", "w", "count", "q", "time", "lat", "lon"} <= set(consolidated)
+    assert consolidated["t2m"]["codecs"][0]["name"] == "strata.lossy"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        z = xr.open_zarr(out)
+    check_bound(xr.open_dataset(nc).t2m.values, z.t2m.values, 0.1)
+
+
+def test_big_endian_hdf5_dataset(tmp_path):
+    """An HDF5 file of big-endian floats (as h5py writes them on request) converts: values
+    compressed by value, read back native within the bound, and written back to NetCDF."""
+    h5py = pytest.importorskip("h5py")
+    t = walk((24, 17, 20), 4).astype(">f4") + np.float32(280)
+    t[3, 2:5, 7] = np.nan
+    w = walk((24, 17), 5, np.float64).astype(">f8")
+    with h5py.File(tmp_path / "be.h5", "w") as f:
+        f.create_dataset("t", data=t)
+        f.create_dataset("w", data=w)
+    out = tmp_path / "be.zarr"
+    rep = cv.convert(tmp_path / "be.h5", out, abs_error=0.01)
+    assert set(rep.lossy) == {"t", "w"}
+    z = xr.open_zarr(out)
+    assert z.t.dtype == np.float32 and z.w.dtype == np.float64
+    check_bound(t, z.t.values, 0.01)
+    check_bound(w, z.w.values, 0.01)
+    cv.convert(out, tmp_path / "back.nc")
+    back = xr.open_dataset(tmp_path / "back.nc")
+    assert np.array_equal(back.t.values, z.t.values, equal_nan=True)
+
+
 def test_var_selection_keeps_other_floats_lossless(nc, tmp_path):
     out = tmp_path / "w.zarr"
     res = run("convert", nc, out, "--abs", "0.05", "--var", "w")

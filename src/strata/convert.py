@@ -21,6 +21,8 @@ valid range), and dask computes the chunks, with a ``tqdm.dask.TqdmCallback`` pr
   compression) are not carried over.
 * Chunks: zarr chunk shape per dimension (:func:`chunk_sizes`); by default about
   :data:`TARGET_CHUNK_BYTES` per chunk, in multiples of the file's own chunks when it has any.
+* The store's metadata is consolidated (zarr-python's consolidated metadata in the root
+  ``zarr.json``), so ``xarray.open_zarr`` opens it with one read and without a warning.
 * Outputs are written atomically: a store is written into a temporary directory beside the
   output and renamed at the end, a NetCDF file through :func:`strata.container.atomic_path`;
   a failure leaves nothing under the output's name, nor a temporary store beside it (on dask's
@@ -175,8 +177,11 @@ def netcdf_to_zarr(source, output, *, rel_error=None, abs_error=None, variables=
         with _bar(show, "valid range"):
             enc = sx.encoding(ds, rel_error=rel_error, abs_error=abs_error, variables=variables, zarr_format=3)
         lossy = {name: e["serializer"].config for name, e in enc.items()}
-        with atomic_dir(output, replace=force) as tmp:
-            write = ds.to_zarr(tmp, mode="w", encoding=enc, zarr_format=3, consolidated=False, compute=False)
+        with atomic_dir(output, replace=force) as tmp, warnings.catch_warnings():
+            # consolidated metadata (xarray's default, and what xr.open_zarr looks for first) is a
+            # zarr-python extension of zarr v3, which it says in a warning on every write
+            warnings.filterwarnings("ignore", "Consolidated metadata is currently not part", UserWarning)
+            write = ds.to_zarr(tmp, mode="w", encoding=enc, zarr_format=3, consolidated=True, compute=False)
             with _bar(show, f"write {output.name}"):
                 _compute(write)
         return ConvertReport(source, output, lossy, [str(n) for n in ds.variables if n not in lossy],

@@ -4,13 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean clean-cache
+.PHONY: demo test docs bench clean clean-cache
 
 $(STAMP): pyproject.toml setup.py src/strata/entropy/_rans64.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[test,demo,io,zarr,torch,quality,bench]"
+	$(PY) -m pip install -q -e ".[test,demo,io,zarr,torch,quality,bench,docs]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,7 +18,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks demo
+	$(MAKE) docs
 	$(PY) -m pytest -q
+
+# The documentation (docs/*.md) and the API reference from the docstrings, into build/docs;
+# every warning is an error, and -E rebuilds from scratch so that none is skipped.
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -E -q -b html docs build/docs
 
 bench: $(STAMP)
 	$(PY) benchmarks/lossy_vs_anchors.py

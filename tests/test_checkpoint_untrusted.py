@@ -512,9 +512,13 @@ def test_chain_loop_is_refused(tmp_path):
     last, _ = build_chain(tmp_path, 2)
     first = tmp_path / "c00000.strata"
     h0, body0 = parts(first)
-    h1, _ = parts(last)
+    h1, body1 = parts(last)
     h0["base"] = {"file": last.name, "id": h1["id"]}  # the full snapshot now claims the delta as its base
     repack(first, h0, body0)
+    with pytest.raises(FormatError, match="but not its content"):  # (its checksum changed with its header)
+        ck.load(last)
+    del h1["base"]["crc"]  # as deltas written before the checksum was recorded: checked by id alone
+    repack(last, h1, body1)
     with pytest.raises(CorruptStreamError, match="loops"):
         ck.load(last)
     h0["base"] = {"file": first.name, "id": h0["id"]}  # its own base
@@ -633,3 +637,29 @@ def test_zero_dimensional_arrays_keep_their_shape(tmp_path):
     ck.save({"s": np.array(5, dtype=np.int16), "f": np.full((), 2.5, np.float32)}, tmp_path / "z.strata")
     back = ck.load(tmp_path / "z.strata")
     assert back["s"].shape == () and back["s"] == 5 and back["f"].shape == () and back["f"].dtype == np.float32
+
+
+@pytest.mark.parametrize("shape, ok", [([0, 2**40, 2**40, 2**40], False), ([0, 2**40, 2**21], False),
+                                       ([0, 2**40, 2**20], True), ([2**40, 0], True)])
+def test_empty_tensor_beside_huge_dimensions(tmp_path, shape, ok):
+    """A zero-length axis beside huge ones holds no bytes, but NumPy refuses a shape whose
+    non-zero dimensions times the element size reach 2**63 ("array is too big", a ValueError):
+    the schema refuses it first; a shape NumPy accepts loads."""
+    path = tmp_path / "e.strata"
+    ck.save({"e": np.zeros((0, 3), np.float32), "x": np.ones(3, np.float32)}, path)
+    h, body = parts(path)
+    h["tensors"][0][3] = shape
+    repack(path, h, body)
+    if ok:
+        assert ck.load(path)["e"].shape == tuple(shape)
+    else:
+        with pytest.raises(CorruptStreamError, match="bad shape"):
+            ck.load(path)
+
+
+def test_shapes_a_reader_refuses_are_not_written(tmp_path):
+    """NumPy makes an empty array with an axis beyond 2**40, which a reader refuses: saving
+    it is refused instead of writing a checkpoint that cannot be loaded."""
+    with pytest.raises(InvalidInputError, match="shape"):
+        ck.save({"e": np.empty((0, 2**41), np.float32)}, tmp_path / "e.strata")
+    assert not list(tmp_path.iterdir())

@@ -8,6 +8,15 @@ the chain a restore follows, and any save whose chain would exceed ``io.MAX_CHAI
 and writes it atomically, in the order of the saves. Up to ``max_pending`` snapshots wait in
 memory. An error in the background is raised by the next ``save`` or by :meth:`wait`.
 
+Names may be reused: saving again to a rolling name (``latest.strata``) or to names taken in
+turn is safe. A save to a file this checkpointer has written before is a full snapshot (a
+delta there would be lost, or made unreadable, when the name is written again), and before a
+file is replaced, the files this checkpointer wrote whose chain of bases passes through it are
+rewritten as full snapshots (same id and tensors; the previous save from memory, an older one
+decoded from its file), the farthest from it first, each atomically -- so every checkpoint it
+wrote that is still there loads. A file changed by someone else since this checkpointer wrote
+it is no longer its business: it is never a base again, nor rewritten.
+
 The host buffers are recycled: once a snapshot is written and no longer the base of the
 next delta, its buffers take the next save's copy. After the first saves (which allocate),
 ``save()`` costs one memory copy of the state into memory that is already mapped -- like the
@@ -15,8 +24,10 @@ pinned, preallocated host buffers of DataStates-LLM -- instead of first-touch pa
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +35,24 @@ import numpy as np
 from ..container import atomic_write
 from . import io
 from .state import flatten
+
+
+@dataclass
+class _Written:
+    """A file this checkpointer wrote: the entry of its base (``None``: a full snapshot) and
+    its ``(device, inode, size, mtime)`` right after it was written."""
+
+    base: str | None
+    stat: tuple
+
+
+def _stat(path: str) -> tuple | None:
+    """``(device, inode, size, mtime in ns)`` of the file at ``path``, ``None`` if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class AsyncCheckpointer:
@@ -55,7 +84,9 @@ class AsyncCheckpointer:
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._count = 0
-        self._prev: tuple[Path, io.Snapshot] | None = None
+        self._prev: tuple[str, io.Snapshot] | None = None  # entry (io.entry) and snapshot of the last save
+        self._files: dict[str, _Written] = {}  # by entry: the files written, still as written
+        self._deltas: dict[str, set[str]] = {}  # entry -> entries of the deltas written on it
         self._free: dict[int, list] = {}  # recycled segment buffers, by size
         self._free_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name="strata-checkpoint")
@@ -81,12 +112,13 @@ class AsyncCheckpointer:
                 if item is None:
                     return
                 snap, path, full = item
-                prev = self._prev
-                base = prev if (not full and prev and prev[0].parent == path.parent
-                                and prev[1].depth < io.MAX_CHAIN) else None
-                data = io.encode(snap, base[1] if base else None, base[0].name if base else None, self.workers)
+                dest = io.entry(path)
+                self._free_dependents(dest)
+                base = None if full or dest in self._files else self._base(dest)
+                data = io.encode(snap, base and base[1], base and os.path.basename(base[0]), self.workers)
                 atomic_write(path, data)
-                old, self._prev = self._prev, (path, snap)
+                self._wrote(dest, base and base[0])
+                old, self._prev = self._prev, (dest, snap)
                 if old is not None:
                     self._recycle(old[1])
             except BaseException as exc:  # surfaces in save() or wait()
@@ -94,6 +126,52 @@ class AsyncCheckpointer:
                 self._prev = None
             finally:
                 self._queue.task_done()
+
+    def _intact(self, e: str) -> bool:
+        """Whether the file at entry ``e``, and every file of its chain of bases, is still the
+        one this checkpointer wrote there."""
+        while e is not None:
+            w = self._files.get(e)
+            if w is None or _stat(e) != w.stat:
+                return False
+            e = w.base
+        return True
+
+    def _base(self, dest: str) -> tuple[str, io.Snapshot] | None:
+        """The previous save, if a delta of the save to ``dest`` may be made on it: same
+        folder, chain below ``io.MAX_CHAIN`` deltas and every file of it as written here."""
+        if self._prev is None or os.path.dirname(self._prev[0]) != os.path.dirname(dest):
+            return None
+        if self._prev[1].depth >= io.MAX_CHAIN or not self._intact(self._prev[0]):
+            return None
+        return self._prev
+
+    def _wrote(self, e: str, base: str | None) -> None:
+        """Record the file just written at entry ``e`` (a delta on ``base``, or full)."""
+        old = self._files.get(e)
+        if old is not None and old.base is not None:
+            self._deltas[old.base].discard(e)
+        self._files[e] = _Written(base, _stat(e))
+        if base is not None:
+            self._deltas.setdefault(base, set()).add(e)
+
+    def _free_dependents(self, dest: str) -> None:
+        """Rewrite as full snapshots the files written here whose chain of bases passes
+        through ``dest`` (about to be replaced), the farthest from it first, so each is
+        decoded while the files below it are still there."""
+        found, level = [], [dest]
+        while level:
+            level = [d for e in level for d in sorted(self._deltas.get(e, ())) if d != dest]
+            found += level
+        for e in reversed(found):
+            if not self._intact(e):
+                continue  # (changed by someone else: not this checkpointer's file any more)
+            if self._prev is not None and self._prev[0] == e:
+                snap = self._prev[1]  # the last save, still in memory
+            else:
+                snap = io.read(e, self.workers)
+            atomic_write(e, io.encode(snap, None, None, self.workers))
+            self._wrote(e, None)
 
     def _buffer(self, n: int) -> np.ndarray:
         """A host buffer of ``n`` bytes: a recycled one if there is one, else a new one."""

@@ -4,7 +4,7 @@ A checkpoint file is a strata container (``KIND_CHECKPOINT``, see ``docs/format.
 header is UTF-8 JSON::
 
     {"id": snapshot id (32 hex digits), "source": "state" | "safetensors",
-     "base": null | {"file": name, "id": base snapshot id},
+     "base": null | {"file": name, "id": base snapshot id, "crc": its header CRC-32},
      "skeleton": ..., "tensors": [[name, kind, dtype, shape, segment, offset, nbytes], ...],
      "segments": [{"dtype": .., "nbytes": .., "length": .., "crc": .., "delta": bool}, ...],
      "safetensors": null | {"header_length": ...}}
@@ -14,6 +14,12 @@ segment, a record of :mod:`strata.checkpoint.codec`. A segment holds the bytes o
 of one dtype, in order, so small tensors share chunks. A delta's segments are XORed with the
 base's segment of the same tensors (same names, shapes and dtype), whose file sits in the same
 folder; loading a delta follows its chain of bases. Files are written atomically.
+
+A delta names its base by the name of the file it resolves to, with its id and the CRC-32 of
+its container header (which covers the checksums of its segments, so another file that carries
+the same id is refused). A delta never names the file it is written to, nor a file of its own
+chain: saving to the base's name (a rolling ``latest.strata``) writes a full snapshot, and
+saving over a file deeper in the base's chain, which the base needs, is refused.
 
 A segment's ``crc`` depends on the file's format version (``docs/format.md``, section 5): in
 versions 3 and 4 (written now) it is the CRC-32C its record's head carries -- the record checks its
@@ -30,7 +36,8 @@ open at a time: every header of the chain is checked first, then the files are d
 the full snapshot up, keeping only the previous snapshot; at most ``MAX_CHAIN`` deltas.
 
 Errors: ``FormatError`` (not a checkpoint, a base that is missing, not the one the delta was
-made from, or not a bare name in the same folder), ``TruncatedStreamError`` /
+made from -- another id or another checksum -- or not a bare name in the same folder),
+``TruncatedStreamError`` /
 ``CorruptStreamError`` naming the tensors whose bytes are damaged, ``ResourceLimitError`` (a
 size beyond the limits), all ``strata.errors`` types.
 """
@@ -58,6 +65,9 @@ MAX_SEGMENT_BYTES = codec.MAX_BYTES
 MAX_CHAIN = 10_000
 #: Most dimensions of a tensor.
 MAX_NDIM = 64
+#: Bound on a shape's non-zero dimensions times its element size (NumPy's: they must fit its
+#: index type even when the array is empty).
+MAX_SHAPE_BYTES = 1 << 63
 #: Largest safetensors header (its 8-byte length and JSON) a checkpoint may carry.
 MAX_SAFETENSORS_HEADER = (100 << 20) + 8
 
@@ -83,6 +93,12 @@ class Snapshot:
     safetensors: dict | None = None
     raw_header: bytes = b""
     depth: int = 0  # deltas below this snapshot in its chain (0: a full snapshot)
+    #: The container header CRC-32 of the file this snapshot was read from or encoded to (what
+    #: a delta on it records as ``base.crc``); ``None`` before it is encoded.
+    file_crc: int | None = None
+    #: Per file of its chain, from this snapshot's own down to the full one: the directory
+    #: entries that lead to it (:func:`entries`); empty for a snapshot not read from files.
+    chain: list[frozenset[str]] = field(default_factory=list)
 
 
 def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list | None = None,
@@ -94,9 +110,18 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
     ``segments``, if given, are the already decoded segments of that layout. ``alloc(n)``
     gives the uint8 buffer of a segment of ``n`` bytes (default: a new array), e.g. a
     recycled one.
+
+    Raises:
+        InvalidInputError: a tensor whose shape a checkpoint cannot hold (more than
+            ``MAX_NDIM`` dimensions, a dimension beyond ``MAX_SEGMENT_BYTES``, or non-zero
+            dimensions that reach ``MAX_SHAPE_BYTES`` with the element size: a reader
+            refuses such a shape, so it is not written).
     """
     order: dict[str, list[int]] = {}
     for i, t in enumerate(tensors):
+        if segments is None and not _shape(list(t.shape), codec.DTYPES.get(t.dtype, (1,))[0]):
+            raise InvalidInputError(f"tensor {_short(t.name)}: shape {_short(tuple(t.shape))} is beyond what a "
+                                    f"checkpoint holds (at most {MAX_NDIM} dimensions of at most {MAX_SEGMENT_BYTES})")
         order.setdefault(t.dtype, []).append(i)
     keys, built, copies = [], [], []
     seg_of = [(0, 0)] * len(tensors)
@@ -124,7 +149,9 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
 
 def encode(snap: Snapshot, base: Snapshot | None = None, base_file: str | None = None,
            workers: int | None = None) -> bytes:
-    """The checkpoint file's bytes; segments matching ``base``'s are stored as XOR deltas."""
+    """The checkpoint file's bytes; segments matching ``base``'s are stored as XOR deltas
+    against the file ``base_file`` (in the same folder), whose content ``base.file_crc``
+    identifies. Sets ``snap.file_crc`` and ``snap.depth``."""
     base_seg = {} if base is None else {k: s for k, s in zip(base.keys, base.segments)}
     records, seg_meta = [], []
     for key, seg in zip(snap.keys, snap.segments):
@@ -139,12 +166,16 @@ def encode(snap: Snapshot, base: Snapshot | None = None, base_file: str | None =
     snap.depth = base.depth + 1 if use_base else 0
     tensors = [[t.name, t.kind, t.dtype, list(t.shape), s, off, int(t.data.size)]
                for t, (s, off) in zip(snap.tensors, snap.seg_of)]
+    if use_base and base.file_crc is None:
+        raise InvalidInputError("the base snapshot was never written to a file: a delta needs its file's checksum")
     header = dict(id=snap.id, source=snap.source,
-                  base=dict(file=base_file, id=base.id) if use_base else None,
+                  base=dict(file=base_file, id=base.id, crc=base.file_crc) if use_base else None,
                   skeleton=snap.skeleton, tensors=tensors, segments=seg_meta, safetensors=snap.safetensors)
     hb = json.dumps(header, separators=(",", ":")).encode()
     sections = [snap.raw_header, struct.pack("<I", crc32(snap.raw_header))] if snap.raw_header else []
-    return pack(KIND_CHECKPOINT, hb, sections + records)
+    head = pack(KIND_CHECKPOINT, hb, [])  # the preamble, the header and its CRC-32
+    snap.file_crc = int.from_bytes(head[-4:], "little")
+    return b"".join([head, *sections, *records])
 
 
 # ---------------------------------------------------------------------- reading, validated
@@ -167,9 +198,14 @@ def _int(x, lo: int = 0, hi: int | None = None) -> bool:
     return type(x) is int and x >= lo and (hi is None or x <= hi)
 
 
-def _shape(shape) -> bool:
+def _shape(shape, itemsize: int = 1) -> bool:
+    """Whether ``shape`` is a list of at most ``MAX_NDIM`` integers in ``0 .. 2**40`` that
+    NumPy can give elements of ``itemsize`` bytes: its non-zero dimensions times ``itemsize``
+    below ``2**63`` (NumPy refuses ``(0, 2**40, 2**40)``, which holds nothing, with "array is
+    too big")."""
     return (isinstance(shape, list) and len(shape) <= MAX_NDIM
-            and all(_int(d, 0, MAX_SEGMENT_BYTES) for d in shape))
+            and all(_int(d, 0, MAX_SEGMENT_BYTES) for d in shape)
+            and math.prod(d for d in shape if d) * itemsize < MAX_SHAPE_BYTES)
 
 
 def _check(h, name: str, size: int, off: int) -> _Layout:
@@ -193,8 +229,9 @@ def _check(h, name: str, size: int, off: int) -> _Layout:
         raise bad(f"unknown source {_short(source)}")
     base = h["base"]
     if base is not None and not (isinstance(base, dict) and isinstance(base.get("file"), str)
-                                 and isinstance(base.get("id"), str) and _ID.match(base["id"])):
-        raise bad("base is not {\"file\": name, \"id\": 32 hex digits}")
+                                 and isinstance(base.get("id"), str) and _ID.match(base["id"])
+                                 and ("crc" not in base or _int(base["crc"], 0, 0xFFFFFFFF))):
+        raise bad("base is not {\"file\": name, \"id\": 32 hex digits, \"crc\": u32 (optional)}")
     segs = h["segments"]
     if not isinstance(segs, list):
         raise bad("segments is not a list")
@@ -220,8 +257,9 @@ def _check(h, name: str, size: int, off: int) -> _Layout:
             raise bad(f"tensor record {i} has a bad name, kind or dtype")
         if (kind == "numpy" and dtype not in NUMPY_DTYPES) or (kind == "torch" and dtype not in _TORCH_DTYPES):
             raise bad(f"tensor {_short(tname)}: dtype {dtype} is not a {kind} dtype")
-        if not _shape(shape):
-            raise bad(f"tensor {_short(tname)}: bad shape")
+        if not _shape(shape, codec.DTYPES[dtype][0]):
+            raise bad(f"tensor {_short(tname)}: bad shape {_short(shape)} (at most {MAX_NDIM} integers in "
+                      f"0..{MAX_SEGMENT_BYTES}, the non-zero ones times the element size below 2**63)")
         if not (_int(s, 0, len(segs) - 1) and _int(o) and _int(nb)):
             raise bad(f"tensor {_short(tname)}: segment index, offset or byte count out of range")
         if s != order.setdefault(dtype, len(order)) or segs[s]["dtype"] != dtype:
@@ -275,19 +313,21 @@ def _check(h, name: str, size: int, off: int) -> _Layout:
     return _Layout(spans, raw_at, record_at)
 
 
-def _read_header(src: Source, name: str, seen: tuple | None = None) -> tuple[dict, _Layout, bytes]:
-    """The validated JSON header of the checkpoint stream ``src``, its layout and its raw
-    bytes; ``seen``: ``(raw header, stream size, header, layout)`` of an earlier read of the
-    same file, reused if the raw header and the size are still those."""
+def _read_header(src: Source, name: str, seen: tuple | None = None) -> tuple[dict, _Layout, bytes, int]:
+    """The validated JSON header of the checkpoint stream ``src``, its layout, its raw bytes
+    and the container header's CRC-32 (what identifies the file's content: it covers the
+    segments' checksums); ``seen``: ``(raw header, stream size, header, layout)`` of an
+    earlier read of the same file, reused if the raw header and the size are still those."""
     raw, off = unpack_header(src, KIND_CHECKPOINT)
     raw = bytes(raw)
+    (crc,) = struct.unpack("<I", bytes(src.read(off - 4, 4, "header checksum")))
     if seen is not None and seen[1] == src.size and seen[0] == raw:
-        return seen[2], seen[3], raw
+        return seen[2], seen[3], raw, crc
     try:
         h = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested beyond the interpreter's limit
         raise CorruptStreamError(f"{name}: malformed checkpoint header") from exc
-    return h, _check(h, name, src.size, off), raw
+    return h, _check(h, name, src.size, off), raw, crc
 
 
 def _storable(folder: Path, file: str) -> bool:
@@ -331,24 +371,50 @@ def header(path) -> dict:
         return _read_header(src, path.name)[0]
 
 
+def entry(path) -> str:
+    """The directory entry ``path`` names: absolute, its folder's symlinks resolved, its own
+    name kept (the entry an atomic write to ``path`` replaces)."""
+    path = os.path.abspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def entries(path) -> frozenset[str]:
+    """The directory entries that lead to the file at ``path``: its own (:func:`entry`), each
+    symbolic link's target in turn, and the file it resolves to. Replacing any of them
+    replaces what ``path`` reads."""
+    e, out = entry(path), set()
+    for _ in range(40):  # (the operating systems' bound on links followed)
+        out.add(e)
+        if not os.path.islink(e):
+            break
+        e = entry(os.path.join(os.path.dirname(e), os.readlink(e)))
+    out.add(os.path.realpath(path))
+    return frozenset(out)
+
+
 def read(path, workers: int | None = None) -> Snapshot:
     """Decode a checkpoint file (following its chain of bases, iteratively).
 
     The headers of the whole chain are read and checked first (one file open at a time),
     from ``path`` down to its full snapshot, which is decoded; then every delta is decoded
-    on top of the snapshot below it.
+    on top of the snapshot below it. A delta's base must carry the recorded id and, where the
+    delta records one (deltas written before it was recorded, such as the golden files of
+    versions 2 to 4, are checked by id alone), the recorded checksum of its content
+    (``base.crc``: the base's container header CRC-32, which covers its segments' checksums).
 
     Raises:
         FormatError and subclasses: not a checkpoint, truncated, corrupted (naming tensors),
-            a base that is missing, is not the one the delta was made from, or is not a file
-            name in the same folder; ``ResourceLimitError``: sizes beyond the limits, or a
-            chain of more than ``MAX_CHAIN`` deltas (or a loop).
+            a base that is missing, is not the one the delta was made from (another id, or
+            the same id with other content), or is not a file name in the same folder;
+            ``ResourceLimitError``: sizes beyond the limits, or a chain of more than
+            ``MAX_CHAIN`` deltas (or a loop).
     """
     path = Path(path)
     chain: list[tuple[Path, str, tuple | None]] = []  # the deltas, from ``path`` down
+    links = [entries(path)]
     kept = 0  # bytes of the headers kept for the second pass
     seen = {os.path.realpath(path)}
-    p, want = path, None
+    p, want, want_crc = path, None, None
     while True:
         try:
             src = Source(p)
@@ -357,11 +423,15 @@ def read(path, workers: int | None = None) -> Snapshot:
                 raise
             raise FormatError(f"{chain[-1][0].name} is a delta of {p.name}, which cannot be read: {exc}") from exc
         with src:
-            h, lay, raw = _read_header(src, p.name)
+            h, lay, raw, crc = _read_header(src, p.name)
             if want is not None and h["id"] != want:
                 raise FormatError(f"{p.name} is not the snapshot {chain[-1][0].name} was made from")
+            if want_crc is not None and crc != want_crc:
+                raise FormatError(f"{p.name} has the id of the snapshot {chain[-1][0].name} was made from, but not "
+                                  f"its content (checksum {crc:08x}, recorded {want_crc:08x}): it was replaced")
             if h["base"] is None:
                 snap = _decode(src, h, lay, p.name, None, workers)
+                snap.file_crc = crc
                 break
         keep = kept + len(raw) <= _KEEP_HEADERS
         kept += len(raw) if keep else 0
@@ -375,13 +445,17 @@ def read(path, workers: int | None = None) -> Snapshot:
         if real in seen:
             raise CorruptStreamError(f"{path.name}: the chain of bases loops back to {bpath.name}")
         seen.add(real)
-        p, want = bpath, h["base"]["id"]
+        links.append(entries(bpath))
+        p, want, want_crc = bpath, h["base"]["id"], h["base"].get("crc")
     for p, want, header_seen in reversed(chain):
         with Source(p) as src:
-            h, lay, _ = _read_header(src, p.name, header_seen)
-            if h["id"] != want or h["base"] is None or h["base"]["id"] != snap.id:
+            h, lay, _, crc = _read_header(src, p.name, header_seen)
+            if (h["id"] != want or h["base"] is None or h["base"]["id"] != snap.id
+                    or h["base"].get("crc", snap.file_crc) != snap.file_crc):
                 raise FormatError(f"{p.name} changed while its chain of bases was read")
             snap = _decode(src, h, lay, p.name, snap, workers)
+            snap.file_crc = crc
+    snap.chain = links
     return snap
 
 
@@ -445,36 +519,53 @@ def save(state_dict, path, base=None, workers: int | None = None) -> None:
         path: output file, written atomically.
         base: optional path of an earlier checkpoint in the same folder: tensors unchanged in
             name, shape and dtype are stored as the bitwise XOR against it (an incremental
-            snapshot), and loading this file will need that base.
+            snapshot), and loading this file will need that base (the file a symbolic link
+            ``base`` leads to; its name is recorded). If writing ``path`` would replace the
+            base (``path`` is ``base``, or the file the link ``base`` leads to), as when a
+            rolling name such as ``latest.strata`` is saved again, a full snapshot is
+            written: a delta cannot replace its own base.
         workers: coding threads (default: all cores).
 
     Raises:
-        InvalidInputError, UnsupportedDtypeError: a value that cannot be stored.
+        InvalidInputError: a value that cannot be stored; a ``base`` in another folder; a
+            ``path`` deeper in the chain of bases of ``base`` (replacing it would leave
+            ``base`` unreadable), or a chain that would exceed ``MAX_CHAIN``.
+        UnsupportedDtypeError: a dtype that cannot be stored.
         FormatError: ``base`` is not a readable checkpoint.
+        OSError: the file cannot be written (nothing is left behind).
     """
     path = Path(path)
     snap = group(*flatten(state_dict, lazy=True))
-    base_snap = _read_base(base, path, workers)
-    atomic_write(path, encode(snap, base_snap, base_snap and Path(base).name, workers))
+    base_snap, base_file = _read_base(base, path, workers)
+    atomic_write(path, encode(snap, base_snap, base_file, workers))
 
 
-def _read_base(base, path: Path, workers) -> Snapshot | None:
-    """The decoded base of a delta about to be written to ``path`` (``None`` without one).
+def _read_base(base, path: Path, workers) -> tuple[Snapshot | None, str | None]:
+    """The decoded base of a delta about to be written to ``path`` and the name the delta
+    records for it (that of the file ``base`` resolves to); ``(None, None)`` without a base,
+    or when writing ``path`` would replace the base itself (a full snapshot is written then).
 
     Raises:
-        InvalidInputError: the base is not in the folder of ``path``, or the delta would make
-            its chain longer than ``MAX_CHAIN``.
+        InvalidInputError: the base is not in the folder of ``path``; ``path`` leads to a file
+            deeper in the base's chain, which the base needs; or the delta would make its
+            chain longer than ``MAX_CHAIN``.
     """
     if base is None:
-        return None
-    base = Path(base)
-    if base.resolve().parent != Path(path).resolve().parent:
+        return None, None
+    dest, real = entry(path), os.path.realpath(base)
+    if os.path.dirname(real) != os.path.dirname(dest):
         raise InvalidInputError("a base must be in the same folder as the delta")
+    if dest in entries(base):
+        return None, None
     snap = read(base, workers)
+    for below in snap.chain[1:]:
+        if dest in below:
+            raise InvalidInputError(f"{Path(path).name} is in the chain of bases of {Path(base).name}: replacing "
+                                    f"it would leave {Path(base).name} unreadable (save to another name)")
     if snap.depth >= MAX_CHAIN:
-        raise InvalidInputError(f"{base.name} is the end of a chain of {snap.depth} deltas: a delta on it would "
+        raise InvalidInputError(f"{Path(base).name} is the end of a chain of {snap.depth} deltas: a delta on it would "
                                 f"exceed MAX_CHAIN ({MAX_CHAIN}); save a full snapshot")
-    return snap
+    return snap, os.path.basename(real)
 
 
 def load(path, device: str = "cpu", workers: int | None = None):
@@ -512,7 +603,8 @@ def safetensors_snapshot(data) -> Snapshot:
         entries = sorted(((v["data_offsets"][0], v["data_offsets"][1], k, v["dtype"], v["shape"])
                           for k, v in meta.items() if k != "__metadata__"), key=lambda e: e[0])
         for a, b, _, dtype, shape in entries:
-            if not (_int(a) and _int(b) and isinstance(dtype, str) and _shape(shape)):
+            if not (_int(a) and _int(b) and isinstance(dtype, str)
+                    and _shape(shape, codec.DTYPES.get(dtype, (1,))[0])):
                 raise TypeError
     except (AttributeError, KeyError, IndexError, TypeError) as exc:
         raise FormatError("not a safetensors file (malformed tensor entries)") from exc
@@ -540,11 +632,12 @@ def safetensors_snapshot(data) -> Snapshot:
 
 def compress_safetensors(src, dst, base=None, workers: int | None = None) -> None:
     """Compress a ``.safetensors`` file to a strata checkpoint (optionally a delta against
-    ``base``, an earlier strata checkpoint of the same model in the same folder)."""
+    ``base``, an earlier strata checkpoint of the same model in the same folder; as in
+    :func:`save`, a ``dst`` that is ``base`` gets a full snapshot)."""
     data = Path(src).read_bytes()
     snap = safetensors_snapshot(data)
-    base_snap = _read_base(base, Path(dst), workers)
-    atomic_write(dst, encode(snap, base_snap, base_snap and Path(base).name, workers))
+    base_snap, base_file = _read_base(base, Path(dst), workers)
+    atomic_write(dst, encode(snap, base_snap, base_file, workers))
 
 
 def decompress_safetensors(src, dst, workers: int | None = None) -> None:

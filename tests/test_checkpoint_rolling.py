@@ -1,0 +1,148 @@
+"""Checkpoint names that are reused, and bases that change: no save may destroy a checkpoint,
+and no delta may decode against a base that is not the one it was made from.
+
+A rolling name (``latest.strata``) saved again, names taken in turn, ``save(base=path)`` and
+``strata ckpt compress -o m.strata --base m.strata``: every checkpoint that exists afterwards
+loads to the tensors last saved under its name. NumPy only, small arrays."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from strata import checkpoint as ck
+from strata.checkpoint import io
+from strata.container import KIND_CHECKPOINT, Source, pack, unpack_header
+from strata.errors import FormatError, InvalidInputError
+
+
+def state(i: int) -> dict:
+    """The ``i``-th state of a training run: one weight changes a little every step."""
+    w = np.linspace(0, 1, 300, dtype=np.float32)
+    w[:: 7] += np.float32(i) * 1e-3
+    return {"w": w, "step": np.array([i], np.int64)}
+
+
+def holds(path, i: int) -> bool:
+    """Whether the checkpoint ``path`` loads to ``state(i)`` exactly."""
+    back = ck.load(path, workers=1)
+    expect = state(i)
+    return back.keys() == expect.keys() and all(np.array_equal(back[k], expect[k]) for k in expect)
+
+
+def check_all(folder: Path, last: dict[str, int]) -> None:
+    """Every checkpoint in ``folder`` loads to the state last saved under its name."""
+    assert {p.name for p in folder.glob("*.strata")} == set(last)
+    for name, i in last.items():
+        assert holds(folder / name, i), name
+
+
+@pytest.mark.parametrize("names", [["latest.strata"], ["a.strata", "b.strata"], ["a.strata", "b.strata", "c.strata"]])
+def test_async_checkpointer_reused_names(tmp_path, names):
+    """Saving again under one name, or under names taken in turn (full_every=100: every save
+    could be a delta): after every save, every file loads to the state last saved there."""
+    last = {}
+    with ck.AsyncCheckpointer(full_every=100, workers=1) as saver:
+        for i in range(3 * len(names) + 1):
+            name = names[i % len(names)]
+            saver.save(state(i), tmp_path / name)
+            saver.wait()
+            last[name] = i
+            check_all(tmp_path, last)
+    # a new name after the reused ones is still a delta of the previous save
+    with ck.AsyncCheckpointer(full_every=100, workers=1) as saver:
+        saver.save(state(20), tmp_path / "s20.strata")
+        saver.save(state(21), tmp_path / "s21.strata")
+    assert io.header(tmp_path / "s21.strata")["base"]["file"] == "s20.strata"
+    assert holds(tmp_path / "s21.strata", 21)
+
+
+def test_save_with_the_destination_as_base_writes_a_full_snapshot(tmp_path):
+    p = tmp_path / "latest.strata"
+    ck.save(state(0), p)
+    ck.save(state(1), p, base=p)
+    assert holds(p, 1) and io.header(p)["base"] is None
+    os.symlink("latest.strata", tmp_path / "link.strata")  # the base through a link to the destination
+    ck.save(state(2), p, base=tmp_path / "link.strata")
+    assert holds(p, 2) and holds(tmp_path / "link.strata", 2) and io.header(p)["base"] is None
+    ck.save(state(3), tmp_path / "link.strata", base=p)  # the destination is a link to the base:
+    assert io.header(tmp_path / "link.strata")["base"]["file"] == "latest.strata"  # the link is replaced
+    assert holds(tmp_path / "link.strata", 3) and holds(p, 2) and not (tmp_path / "link.strata").is_symlink()
+
+
+def test_save_over_a_file_the_base_needs_is_refused(tmp_path):
+    a, b = tmp_path / "a.strata", tmp_path / "b.strata"
+    ck.save(state(0), a)
+    ck.save(state(1), b, base=a)
+    with pytest.raises(InvalidInputError, match="chain of bases of b.strata"):
+        ck.save(state(2), a, base=b)
+    assert holds(a, 0) and holds(b, 1)
+
+
+def test_cli_compress_onto_its_base(tmp_path):
+    pytest.importorskip("safetensors")
+    from click.testing import CliRunner
+    from safetensors.numpy import save_file
+
+    from strata.cli import main
+
+    models = []
+    for i in range(2):
+        models.append(tmp_path / f"m{i}.safetensors")
+        save_file(state(i), models[-1])
+    m = tmp_path / "m.strata"
+    for i, args in enumerate([[], ["--base", str(m)]]):
+        r = CliRunner().invoke(main, ["ckpt", "compress", str(models[i]), "-o", str(m), *args])
+        assert r.exit_code == 0, r.output
+    back = tmp_path / "back.safetensors"
+    r = CliRunner().invoke(main, ["ckpt", "decompress", str(m), "-o", str(back)])
+    assert r.exit_code == 0, r.output
+    assert back.read_bytes() == models[1].read_bytes()
+    assert io.header(m)["base"] is None
+
+
+def test_delta_refuses_a_base_with_its_id_and_other_content(tmp_path):
+    """The base is replaced by another checkpoint of the same layout that carries its id: the
+    delta records the base's header checksum and refuses it (it decoded to wrong tensors)."""
+    a, b = tmp_path / "a.strata", tmp_path / "b.strata"
+    ck.save(state(0), a)
+    ck.save(state(1), b, base=a)
+    ident = io.header(a)["id"]
+    ck.save(state(5), a)
+    data = a.read_bytes()
+    raw, off = unpack_header(Source(data), KIND_CHECKPOINT)
+    h = json.loads(bytes(raw))
+    h["id"] = ident  # the id of the base b was made from, other tensors
+    a.write_bytes(pack(KIND_CHECKPOINT, json.dumps(h).encode(), [data[off:]]))
+    with pytest.raises(FormatError, match="has the id of the snapshot b.strata was made from, but not its content"):
+        ck.load(b)
+
+
+def test_delta_records_the_file_a_link_leads_to(tmp_path):
+    """``base=latest.strata``, a link to ``s1.strata``: the delta names ``s1.strata``, so moving
+    the link to the new file keeps both loading (the delta named the link, which then led to
+    itself)."""
+    ck.save(state(1), tmp_path / "s1.strata")
+    os.symlink("s1.strata", tmp_path / "latest.strata")
+    ck.save(state(2), tmp_path / "s2.strata", base=tmp_path / "latest.strata")
+    os.unlink(tmp_path / "latest.strata")
+    os.symlink("s2.strata", tmp_path / "latest.strata")
+    assert holds(tmp_path / "s2.strata", 2) and holds(tmp_path / "latest.strata", 2)
+    assert io.header(tmp_path / "s2.strata")["base"]["file"] == "s1.strata"
+
+
+def test_async_checkpointer_base_replaced_underneath(tmp_path):
+    """The previous save's file is replaced by someone else before the next save: that save is
+    written as a full snapshot, not as a delta of what the checkpointer remembers."""
+    with ck.AsyncCheckpointer(full_every=100, workers=1) as saver:
+        saver.save(state(0), tmp_path / "s0.strata")
+        saver.wait()
+        ck.save(state(7), tmp_path / "s0.strata")  # (another writer)
+        saver.save(state(1), tmp_path / "s1.strata")
+        saver.save(state(2), tmp_path / "s2.strata")
+    assert holds(tmp_path / "s0.strata", 7) and holds(tmp_path / "s1.strata", 1) and holds(tmp_path / "s2.strata", 2)
+    assert io.header(tmp_path / "s1.strata")["base"] is None
+    assert io.header(tmp_path / "s2.strata")["base"]["file"] == "s1.strata"

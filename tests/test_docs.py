@@ -1,4 +1,4 @@
-"""The README and docs/: relative links resolve, the set-up stays two commands, the quick start parses,
+"""The README and docs/: relative links resolve, the set-up stays two commands, the Python examples parse,
 and the API reference covers the public modules.
 
 The documentation build itself (Sphinx, warnings as errors) runs in `make test` through `make docs`.
@@ -63,9 +63,10 @@ def test_readme_setup_is_two_commands():
     assert [line.split("#")[0].strip() for line in block.strip().splitlines()] == ["make demo", "make test"]
 
 
-def test_readme_python_blocks_parse():
-    blocks = re.findall(r"^```python\n(.*?)^```", README.read_text(), re.S | re.M)
-    assert len(blocks) >= 5
+@pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_python_blocks_parse(page):
+    blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M)
+    assert page != README or len(blocks) >= 5
     for block in blocks:
         ast.parse(block)
 

@@ -51,11 +51,6 @@ def test_relative_links_resolve(page):
     assert not broken, f"{page.name}: links that do not resolve: {broken}"
 
 
-def test_readme_links_every_page():
-    linked = {(ROOT / u.partition("#")[0]).resolve() for u in LINK.findall(README.read_text())}
-    assert not [p.name for p in PAGES if p.name != "index.md" and p.resolve() not in linked]
-
-
 def test_readme_setup_is_two_commands():
     text = README.read_text()
     setup = re.search(r"^## Set-up\n(.*?)^## ", text, re.S | re.M).group(1)
@@ -78,3 +73,8 @@ def test_api_reference_covers_public_modules():
     modules = {"strata", "strata.lossy", "strata.checkpoint", "strata.comm", "strata.numcodecs", "strata.zarr",
                "strata.xarray", "strata.cf", "strata.quality", "strata.enhance", "strata.errors", "strata.metrics"}
     assert modules <= documented
+
+
+def test_readme_stays_short():
+    # A newcomer reads it in two minutes: measurement logs and per-target notes belong in docs/.
+    assert len(README.read_text().splitlines()) <= 200

@@ -326,3 +326,58 @@ def test_corrupted_metadata_is_a_clean_error(tmp_path):
     (tmp_path / "flip.strata").write_bytes(bytes(blob))
     res = run("decompress", tmp_path / "flip.strata", "-o", tmp_path / "flip.nc")
     assert res.exit_code != 0 and "CorruptStreamError" in res.output
+
+
+_FULL_DISK_CHILD = """
+import json, os, resource, sys
+import numpy as np
+import xarray  # noqa: F401  (imported before the limit: nothing but the outputs is written under it)
+from strata.cf import write_netcdf
+from strata.convert import zarr_to_netcdf
+
+folder, store, mode = sys.argv[1:4]
+if mode == "fsize":
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+values = np.random.default_rng(0).random((300, 300)).astype(np.float32)
+results = []
+for name, write in (("cf.nc", lambda p: write_netcdf(p, values)), ("convert.nc", lambda p: zarr_to_netcdf(store, p))):
+    try:
+        write(os.path.join(folder, name))
+        results.append([name, None, ""])
+    except OSError as exc:
+        results.append([name, exc.errno, str(exc)])
+print(json.dumps({"results": results, "left": sorted(os.listdir(folder))}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["fsize", "tmpfs"])
+def test_full_disk_is_an_oserror_naming_the_output(tmp_path, mode):
+    """A NetCDF output that does not fit (a 64 KiB tmpfs: ENOSPC; a 64 KiB file size limit:
+    EFBIG) raises OSError naming the output, not netCDF-C's bare "NetCDF: HDF error", and
+    leaves no file. A fresh process: the limit is process-wide, the tmpfs is mounted in a user
+    namespace of its own (skipped where the system allows none)."""
+    import errno
+    import subprocess
+    import sys
+
+    store = tmp_path / "src.zarr"
+    xr.Dataset({"t": (("y", "x"), np.random.default_rng(1).random((300, 300)).astype(np.float32))}).to_zarr(
+        store, zarr_format=3, consolidated=False)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    args = [sys.executable, "-c", _FULL_DISK_CHILD, str(folder), str(store), mode]
+    if mode == "tmpfs":
+        if shutil.which("unshare") is None:
+            pytest.skip("no unshare command")
+        args = ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs "$1" && shift && exec "$@"', "sh",
+                str(folder), *args]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if mode == "tmpfs" and res.returncode != 0 and ("unshare" in res.stderr or "mount" in res.stderr):
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout.strip().splitlines()[-1])
+    expected = errno.EFBIG if mode == "fsize" else errno.ENOSPC
+    for name, code, message in report["results"]:
+        assert code == expected, (name, message)
+        assert str(folder / name) in message and "NetCDF: HDF error" in message, message
+    assert report["left"] == []

@@ -47,9 +47,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import math
+import os
 import re
+import shutil
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -69,6 +73,9 @@ _NOT_A_VARIABLE = b"This is a netCDF dimension but not a netCDF variable"
 #: Quiet-NaN bit patterns; the stored integer of a missing packed point goes in the low bits.
 _QUIET_NAN = {4: 0x7FC00000, 8: 0x7FF8000000000000}
 _DTYPE_RE = re.compile(r"[<|][iuf][1248]")
+#: Bytes a NETCDF4 file may take beyond its variables' values (HDF5 superblock, object headers,
+#: B-trees, attributes): the slack :func:`netcdf_output` allows when it diagnoses a failed write.
+HDF5_OVERHEAD_BYTES = 1 << 20
 
 
 # ---------------------------------------------------------------------------- packing (CF 8.1)
@@ -597,6 +604,67 @@ def _h5py_attrs(attrs) -> dict:
 
 
 # ---------------------------------------------------------------------------- writing
+@contextmanager
+def netcdf_output(path, nbytes: int):
+    """A temporary path beside ``path`` for a netCDF-C writer (netCDF4, xarray's ``netcdf4``
+    engine), renamed to ``path`` when the block succeeds and removed when it fails
+    (:func:`strata.container.atomic_path`), whose storage errors say what happened.
+
+    netCDF-C reports a failed write of the HDF5 layer (a full disk, a file size limit) as
+    ``RuntimeError("NetCDF: HDF error")``, without the system's error number. When the block
+    raises a ``RuntimeError``, the partial file is measured before it is removed: if the process
+    may not write a file that large (``RLIMIT_FSIZE``) or the file system has less space free
+    than the file still needed (``nbytes`` less what was written, plus
+    :data:`HDF5_OVERHEAD_BYTES`), the error becomes that ``OSError``. Any other error is raised
+    as it was.
+
+    Args:
+        path: the NetCDF file to write.
+        nbytes: the size of the values to be written, in bytes (the file's expected size less
+            its HDF5 structures).
+
+    Yields:
+        The temporary path (``str``).
+
+    Raises:
+        OSError: ``ENOSPC`` (no space left on the device) or ``EFBIG`` (file size limit),
+            naming ``path`` and giving the sizes and netCDF-C's message; ``path`` is left as it
+            was.
+    """
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        try:
+            yield str(tmp)
+        except RuntimeError as exc:
+            cause = _storage_error(Path(tmp), path, nbytes, exc)
+            if cause is None:
+                raise
+            raise cause from exc
+
+
+def _storage_error(tmp: Path, path: Path, nbytes: int, exc: RuntimeError) -> OSError | None:
+    """The ``OSError`` behind netCDF-C's failed write of ``tmp``, or None when neither the file
+    size limit nor the free space explains it."""
+    written = tmp.stat().st_size if tmp.exists() else 0
+    needed = max(int(nbytes) - written, 0) + HDF5_OVERHEAD_BYTES
+    try:
+        import resource
+    except ImportError:  # not a Unix system: no file size limit to check
+        resource = None
+    if resource is not None:
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY and written + needed > limit:
+            return OSError(errno.EFBIG, f"{os.strerror(errno.EFBIG)} (this process may write files of {limit} "
+                                        f"bytes at most, the file holds {nbytes} bytes of values; netCDF-C "
+                                        f"reported: {exc})", str(path))
+    free = shutil.disk_usage(tmp.parent).free
+    if free < needed:
+        return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({free} bytes free on its file system after "
+                                     f"{written} bytes of the file, which holds {nbytes} bytes of values; "
+                                     f"netCDF-C reported: {exc})", str(path))
+    return None
+
+
 def write_netcdf(path, array, metadata=None, *, fill_value=None, index=None) -> None:
     """Write a decoded variable to a NETCDF4 file, atomically (a temporary file in the same
     folder, then a rename).
@@ -618,6 +686,8 @@ def write_netcdf(path, array, metadata=None, *, fill_value=None, index=None) -> 
         CorruptStreamError: CF metadata that is invalid or does not fit ``array`` (number of
             dimensions, coordinate lengths).
         InvalidInputError: netCDF4 cannot write a name or attribute; bad ``index``.
+        OSError: the file could not be written: ``ENOSPC`` for a full disk, ``EFBIG`` past the
+            process's file size limit (see :func:`netcdf_output`); nothing is left at ``path``.
     """
     netCDF4 = _module("netCDF4")
     path = Path(path)
@@ -637,8 +707,9 @@ def write_netcdf(path, array, metadata=None, *, fill_value=None, index=None) -> 
         else:
             stored = rules.packing.pack(data, missing, rules.low, rules.high)
     coords = _sliced(desc, index, data.shape)
+    nbytes = stored.nbytes + sum(c.values.nbytes for c in coords.values())
     try:
-        with atomic_path(path) as tmp, netCDF4.Dataset(tmp, "w", format="NETCDF4") as ds:
+        with netcdf_output(path, nbytes) as tmp, netCDF4.Dataset(tmp, "w", format="NETCDF4") as ds:
             _set_attrs(ds, desc.global_attrs)
             for dim, n in zip(desc.dims, data.shape):
                 ds.createDimension(dim, None if dim in desc.unlimited else n)
@@ -657,6 +728,7 @@ def to_netcdf(source, path, *, level: int | None = None, region=None) -> None:
     Raises:
         FormatError, CorruptStreamError, TruncatedStreamError: a damaged stream or metadata.
         InvalidInputError: bad ``level``/``region``; netCDF4 cannot write a name or attribute.
+        OSError: the file could not be written (a full disk: ``ENOSPC``).
     """
     from .lossy import LossyReader
 

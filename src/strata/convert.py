@@ -24,7 +24,7 @@ valid range), and dask computes the chunks, with a ``tqdm.dask.TqdmCallback`` pr
 * The store's metadata is consolidated (zarr-python's consolidated metadata in the root
   ``zarr.json``), so ``xarray.open_zarr`` opens it with one read and without a warning.
 * Outputs are written atomically: a store is written into a temporary directory beside the
-  output and renamed at the end, a NetCDF file through :func:`strata.container.atomic_path`;
+  output and renamed at the end, a NetCDF file through :func:`strata.cf.netcdf_output`;
   a failure leaves nothing under the output's name, nor a temporary store beside it (on dask's
   threaded scheduler the write's tasks are drained before it is removed). An existing output is
   replaced only with ``force=True``.
@@ -44,9 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .cf import HDF5_SUFFIXES, NETCDF_SUFFIXES
+from .cf import HDF5_SUFFIXES, NETCDF_SUFFIXES, netcdf_output
 from .chunk_codec import ChunkConfig
-from .container import atomic_dir, atomic_path
+from .container import atomic_dir
 from .errors import InvalidInputError
 
 #: Default chunk size in bytes (decoded values) of the largest variable.
@@ -212,7 +212,8 @@ def zarr_to_netcdf(source, output, *, force: bool = False, progress_bytes: float
     Raises:
         InvalidInputError: ``source`` is not a zarr store xarray can open.
         FileNotFoundError: no ``source``; FileExistsError: ``output`` exists and not ``force``.
-        OSError: writing failed; StrataError: a damaged strata chunk.
+        OSError: writing failed (a full disk: ``ENOSPC`` naming ``output``, see
+            :func:`strata.cf.netcdf_output`); StrataError: a damaged strata chunk.
     """
     import xarray as xr
 
@@ -229,7 +230,7 @@ def zarr_to_netcdf(source, output, *, force: bool = False, progress_bytes: float
         raise InvalidInputError(f"cannot open {source.name} as a zarr store: {exc}") from exc
     try:
         _clean_encodings(ds)
-        with atomic_path(output) as tmp:
+        with netcdf_output(output, ds.nbytes) as tmp:
             write = ds.to_netcdf(tmp, engine="netcdf4", format="NETCDF4", compute=False)
             with _bar(ds.nbytes >= progress_bytes, f"write {output.name}"):
                 _compute(write)

@@ -82,8 +82,8 @@ def test_hdf5_and_netcdf_variables(tmp_path):
         res = run("compress", src, "--var", var, "--abs", "0.05", "-o", out)
         assert res.exit_code == 0, res.output
         assert np.abs(strata.decompress(out).astype(np.float64) - a).max() <= 0.05
-    res = CliRunner().invoke(main, ["compress", str(tmp_path / "f.nc"), "--abs", "1"])
-    assert res.exit_code != 0 and "--var" in res.output
+    res = CliRunner().invoke(main, ["compress", str(tmp_path / "f.nc"), "--abs", "1", "-o", str(tmp_path / "n.st")])
+    assert res.exit_code == 2 and "--var" in res.output
 
 
 def test_parse_region():
@@ -159,7 +159,9 @@ def test_cli_no_cf_reads_stored_values(tmp_path):
     assert res.exit_code == 0, res.output
     with strata.open(tmp_path / "raw.strata") as r:
         assert r.missing_count == 0 and r.header.eb > 1e16  # the fill is data here
-    assert "missing values" not in run("info", tmp_path / "raw.strata").output
+    res = run("info", tmp_path / "raw.strata")
+    assert "missing values" not in res.stdout
+    assert "--fill-value 1e+20" in res.stderr  # the land's 1e20 dominates the range: info says so
     # the file written back is still the source's: the fill value is kept, xarray masks it
     assert run("decompress", tmp_path / "raw.strata", "-o", tmp_path / "raw.nc").exit_code == 0
     t.assert_like_source(src, tmp_path / "raw.nc", "tos", 1e-3 * float(sst.max() - sst.min()))

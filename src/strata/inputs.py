@@ -11,11 +11,13 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 
 import numpy as np
 
+from .container import open_regular
 from .errors import InvalidInputError, UnsupportedDtypeError
 
 SHAPE_RE = re.compile(r"_(\d+(?:x\d+)*)\.(f32|f64)$", re.IGNORECASE)
@@ -39,48 +41,130 @@ def raw_shape(path: Path) -> tuple[int, ...] | None:
     return parse_shape(m.group(1)) if m else None
 
 
-def read_input(path, shape: tuple[int, ...] | None = None, var: str | None = None, *, cf: bool = True):
+def read_input(path, shape: tuple[int, ...] | None = None, var: str | None = None, *, cf: bool = True,
+               fill_value=None, mask=None):
     """Load the data to compress from ``path``, with its missing values and description.
 
     Args:
-        path: ``.f32``/``.f64`` raw file, ``.npy``, ``.nc``/``.nc4``/``.cdf``, ``.h5``/``.hdf5``/``.he5``.
+        path: ``.f32``/``.f64`` raw file, ``.npy``, ``.nc``/``.nc4``/``.cdf``, ``.h5``/``.hdf5``/``.he5``;
+            a regular file (a FIFO, directory or device is refused before it is opened).
         shape: shape of a raw file (default: from its name).
         var: variable (NetCDF) or dataset path (HDF5) to read.
         cf: for NetCDF/HDF5, apply the CF conventions (see :mod:`strata.cf`).
+        fill_value: values equal to it are missing too (the nearest value of the data's dtype:
+            ``1e20`` for float32 data means ``float32(1e20)``); it becomes the variable's fill
+            value when the file declares none.
+        mask: bool array (``True`` = missing, or integers 0/1) of the data's shape or
+            broadcasting to it (:func:`read_mask` reads one from a file): its points are
+            missing too.
 
     Returns:
-        A :class:`strata.cf.Variable`: raw and ``.npy`` files give their array alone (no mask,
-        fill value or metadata); NetCDF/HDF5 variables come with them.
+        A :class:`strata.cf.Variable`: raw and ``.npy`` files give their array, with the missing
+        points ``fill_value`` and ``mask`` declare (no metadata); NetCDF/HDF5 variables come with
+        their own missing points (CF), metadata and fill value, and those declared here.
 
     Raises:
-        InvalidInputError: unknown format, missing shape or variable, size mismatch.
+        InvalidInputError: unknown format, missing shape or variable, size mismatch, a file that
+            is not a regular file or not a valid ``.npy``, a ``fill_value`` that the dtype
+            cannot represent, a ``mask`` that is not boolean or does not broadcast.
         UnsupportedDtypeError: the data are not floating point.
+        OSError: the file cannot be opened or read.
     """
+    from dataclasses import replace
+
     from .cf import HDF5_SUFFIXES, NETCDF_SUFFIXES, Variable, read_variable
+    from .lossy import missing
 
     path = Path(path)
     ext = path.suffix.lower()
     if ext in NETCDF_SUFFIXES + HDF5_SUFFIXES:
         if not var:
             raise InvalidInputError(f"{path.name}: name the variable to read with --var")
-        return read_variable(path, var, cf=cf)
+        open_regular(path).close()  # (netCDF4 and h5py would block on a FIFO)
+        v = read_variable(path, var, cf=cf)
+    else:
+        v = Variable(_read_array_file(path, ext, shape))
+    if fill_value is None and mask is None:
+        return v
+    declared = missing.find(v.data, mask, fill_value).reshape(v.data.shape)
+    if v.mask is not None:
+        declared |= v.mask
+    fill = v.fill_value
+    if fill is None and fill_value is not None and not np.isnan(float(fill_value)):
+        fill = v.data.dtype.type(fill_value)
+    return replace(v, mask=declared if declared.any() else None, fill_value=fill)
+
+
+def _read_array_file(path: Path, ext: str, shape) -> np.ndarray:
+    """The float array of a raw or ``.npy`` file (native byte order, C-contiguous)."""
     if ext in RAW_DTYPES:
         shape = shape or raw_shape(path)
         if shape is None:
             raise InvalidInputError(f"{path.name}: give --shape or name the file NAME_D0xD1xD2{ext}")
         dtype = RAW_DTYPES[ext]
-        n = path.stat().st_size // dtype.itemsize
-        if n != math.prod(shape) or path.stat().st_size % dtype.itemsize:
-            raise InvalidInputError(f"{path.name} holds {n} values of {dtype.itemsize} bytes; "
-                                    f"shape {shape} needs {math.prod(shape)}")
-        a = np.fromfile(path, dtype=dtype).reshape(shape)
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            n = size // dtype.itemsize
+            if n != math.prod(shape) or size % dtype.itemsize:
+                raise InvalidInputError(f"{path.name} holds {size} bytes ({n} values of {dtype.itemsize} bytes); "
+                                        f"shape {shape} needs {math.prod(shape)}")
+            a = np.fromfile(f, dtype=dtype).reshape(shape)
     elif ext == ".npy":
-        a = np.load(path, allow_pickle=False)
+        a = _load_npy(path)
     else:
         raise InvalidInputError(f"{path.name}: unknown input format (want .f32, .f64, .npy, .nc, .h5)")
     if a.dtype.kind != "f":
         raise UnsupportedDtypeError(f"{path.name}: dtype {a.dtype} is not floating point")
-    return Variable(np.ascontiguousarray(a.astype(a.dtype.newbyteorder("="), copy=False)))
+    return np.ascontiguousarray(a.astype(a.dtype.newbyteorder("="), copy=False))
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    with open_regular(path) as f:
+        try:
+            a = np.load(f, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:  # (numpy's words for a damaged or empty file)
+            raise InvalidInputError(f"{path.name} is not a valid .npy file: {exc or type(exc).__name__}") from exc
+    if not isinstance(a, np.ndarray) or a.dtype.fields is not None:
+        raise InvalidInputError(f"{path.name} holds no plain array")
+    return a
+
+
+def read_mask(path, shape: tuple[int, ...]) -> np.ndarray:
+    """A missing-value mask for data of ``shape`` from a file: ``True`` (or 1) = missing.
+
+    * ``.npy``: a boolean array, or integers 0 and 1, of ``shape`` or broadcasting to it (one
+      land mask for every time step);
+    * any other file: raw bytes, one per point, 0 (valid) or 1 (missing), of the shape in its
+      SDRBench-style name (``land_180x360.u8``), else of the trailing axes of ``shape`` whose
+      size matches the file's (the whole shape first).
+
+    Args:
+        path: the mask file (a regular file).
+        shape: the data's shape.
+
+    Returns:
+        A bool or uint8 array (to be broadcast and checked by :func:`strata.lossy.missing.find`).
+
+    Raises:
+        InvalidInputError: not a valid ``.npy`` file, or a raw file whose size matches no
+            trailing axes of ``shape``.
+        OSError: the file cannot be opened or read.
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".npy":
+        return _load_npy(path)
+    with open_regular(path) as f:
+        m = np.fromfile(f, dtype=np.uint8)
+    named = re.search(r"_(\d+(?:x\d+)*)\.[^.]+$", path.name)
+    if named:
+        own = parse_shape(named.group(1))
+        if math.prod(own) == m.size:
+            return m.reshape(own)
+    for k in range(len(shape), 0, -1):
+        if math.prod(shape[-k:]) == m.size:
+            return m.reshape(shape[-k:])
+    raise InvalidInputError(f"{path.name}: {m.size} bytes, one per point, fit no trailing axes of the data's "
+                            f"shape {shape}")
 
 
 def read_array(path, shape: tuple[int, ...] | None = None, var: str | None = None) -> np.ndarray:
@@ -88,20 +172,29 @@ def read_array(path, shape: tuple[int, ...] | None = None, var: str | None = Non
     their stored values (no CF conventions).
 
     Raises:
-        InvalidInputError, UnsupportedDtypeError: as :func:`read_input`.
+        InvalidInputError, UnsupportedDtypeError, OSError: as :func:`read_input`.
     """
     return read_input(path, shape, var, cf=False).data
 
 
-def write_array(path, a: np.ndarray, metadata: dict | None = None, *, fill_value=None, index=None) -> None:
+def write_array(path, a: np.ndarray, metadata: dict | None = None, *, fill_value=None, index=None,
+                replace: bool = True) -> None:
     """Write ``a`` (an array, or a ``numpy.ma.MaskedArray`` marking missing points) to ``path``
     atomically: ``.npy`` or raw little-endian ``.f32``/``.f64`` (the values as they are: missing
     points keep the bits they decoded to), or NetCDF ``.nc``/``.nc4``/``.cdf`` through
     :func:`strata.cf.write_netcdf` (with ``metadata``, ``fill_value`` and ``index``).
 
+    Args:
+        replace: replace an existing ``path`` (default); False: raise ``FileExistsError``
+            instead (``.npy``, ``.f32``, ``.f64``: checked at the rename, atomically; a NetCDF
+            file is written by :func:`strata.cf.write_netcdf`, which replaces: the caller
+            checks first).
+
     Raises:
         InvalidInputError: another output format.
         CorruptStreamError: NetCDF output with metadata that is invalid or does not fit ``a``.
+        FileExistsError: ``path`` exists and ``replace`` is false.
+        OSError: the file could not be written (the error names ``path``).
     """
     from .cf import NETCDF_SUFFIXES, write_netcdf
     from .container import atomic_write
@@ -117,8 +210,8 @@ def write_array(path, a: np.ndarray, metadata: dict | None = None, *, fill_value
 
         buf = io.BytesIO()
         np.save(buf, a, allow_pickle=False)
-        atomic_write(path, buf.getbuffer())
+        atomic_write(path, buf.getbuffer(), replace=replace)
     elif ext in RAW_DTYPES:
-        atomic_write(path, np.ascontiguousarray(a, dtype=RAW_DTYPES[ext]).tobytes())
+        atomic_write(path, np.ascontiguousarray(a, dtype=RAW_DTYPES[ext]).tobytes(), replace=replace)
     else:
         raise InvalidInputError(f"{path.name}: output must be .npy, .f32, .f64 or .nc")

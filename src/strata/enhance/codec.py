@@ -126,7 +126,7 @@ def _enhance(f: _Field, others: list[_Field], mode: int, opts: EnhanceOptions, b
     if not np.isfinite(params).all():
         return _declined(mode, psnr_plain)
     e.set_params(params)
-    enhanced, _ = enhance_block(e, blocks, f.eb)
+    enhanced = enhance_block(e, blocks, f.eb)
     if mode == MODE_1X:
         fb = regulate.fallback_points(f.original, enhanced, f.eb, valid)
         np.copyto(enhanced, f.plain, where=fb)

@@ -21,7 +21,8 @@ then rows, then columns of the kernel, in that order, starting from the bias) wi
 fast-math, so an encoder and a decoder compute identical values, on one thread or many
 (threads split the slices, never a sum: plain Python threads running a ``nogil`` kernel,
 cheaper to compile than a numba parallel loop). The receptive field reaches ``HALO`` points within a
-slice and one slice either way (:data:`SLICE_HALO`): a region read decodes that much more.
+slice and one slice either way (:data:`SLICE_HALO`): a region read decodes that much more, and
+:mod:`strata.enhance.apply` computes a block in tiles with that halo (bit-identical results).
 """
 from __future__ import annotations
 
@@ -222,17 +223,27 @@ def features(fields: np.ndarray, spec: np.ndarray) -> np.ndarray:
     return out
 
 
-def predict(fields: np.ndarray, spec: np.ndarray, params: np.ndarray, width: int) -> np.ndarray:
-    """Predicted error of the first field, in units of its error bound: float32 ``(D, H, W)``.
+def slice_bytes(channels: int, width: int, rows: int, cols: int) -> int:
+    """Working bytes of the network on one slice of ``rows`` x ``cols`` points
+    (:func:`predict_slice`): its input channels, three feature maps of ``width`` channels and
+    the prediction, float32 with a one-point border."""
+    return 4 * (channels + 3 * width + 1) * (rows + 2) * (cols + 2)
+
+
+def predict_slice(fields: np.ndarray, spec: np.ndarray, weights, k: int) -> np.ndarray:
+    """Predicted error of the first field on slice ``k``, in units of its error bound: float32
+    ``(H, W)``.
 
     Args:
         fields: float32 ``(F, D, H, W)``, C-contiguous: the decoded input fields (missing and
-            non-finite points replaced by their field's center).
+            non-finite points replaced by their field's center), the slices ``k - 1 .. k + 1``
+            that exist (the neighbouring slices the ``below`` / ``above`` channels read).
         spec: float32 ``(F, 4)``, see :func:`features`.
-        params: float32 flat parameters (:func:`weight_count`).
-        width: hidden channels.
+        weights: the network's tensors, :func:`unpack` of its float32 parameters.
+        k: the slice, an index into ``fields``' axis 1.
+
+    Working memory: :func:`slice_bytes` of ``H`` x ``W``, and ``D`` slices of float32 output.
     """
-    w = tuple(unpack(np.ascontiguousarray(params, np.float32), channel_count(spec[:, 3]), width))
     out = np.empty(fields.shape[1:], np.float32)
-    _over_slices(_predict_slices, fields.shape[1], fields, spec, w, out)
-    return out
+    _predict_slices(fields, spec, weights, out, k, k + 1)
+    return out[k]

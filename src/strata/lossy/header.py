@@ -155,16 +155,19 @@ class LossyHeader:
 
         Raises:
             CorruptStreamError: a field is out of range or inconsistent.
-            ResourceLimitError: the shape exceeds ``MAX_ELEMENTS``.
+            ResourceLimitError: the shape exceeds ``MAX_ELEMENTS`` (its non-empty axes
+                multiplied).
         """
         r = Reader(buf, "lossy header")
         ndim = r.u8()
         if ndim > MAX_NDIM:
             raise CorruptStreamError(f"header announces {ndim} dimensions")
         shape = tuple(r.varint(MAX_ELEMENTS) for _ in range(ndim))
-        if math.prod(shape) > MAX_ELEMENTS:
-            raise ResourceLimitError(f"header announces shape {shape}: {math.prod(shape)} values "
-                                     f"exceed the limit of {MAX_ELEMENTS}")
+        # (the axes' product without the empty ones: numpy refuses an empty array whose other
+        # axes multiply past its index range, e.g. (0, 2**40, 2**40, 2**40))
+        if math.prod(max(n, 1) for n in shape) > MAX_ELEMENTS:
+            raise ResourceLimitError(f"header announces shape {shape}: its axes multiply to more than "
+                                     f"{MAX_ELEMENTS} values")
         code = r.u8()
         if code not in DTYPES:
             raise CorruptStreamError(f"unknown dtype code {code}")

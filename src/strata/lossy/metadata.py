@@ -1,12 +1,14 @@
 """The metadata section: a JSON object the stream carries for the user (a NetCDF variable's
 name, dimensions, attributes and coordinates, see :mod:`strata.cf`).
 
-Layout: ``UTF-8 JSON text | u32 CRC-32``. Strict JSON (no NaN or Infinity, no pickle), an
-object at the top, at most ``MAX_METADATA_BYTES`` bytes.
+Layout: ``UTF-8 JSON text | u32 CRC-32``. Strict JSON (no NaN or Infinity, no number past
+float64's range such as ``1e400``, no pickle), an object at the top, at most
+``MAX_METADATA_BYTES`` bytes.
 """
 from __future__ import annotations
 
 import json
+import math
 import struct
 
 from ..container import checked_body, crc32
@@ -20,8 +22,8 @@ def section(metadata: dict | None) -> bytes:
     """The section for ``metadata`` (empty for None).
 
     Raises:
-        InvalidInputError: not a dict, not serializable as strict JSON, or larger than
-            ``MAX_METADATA_BYTES``.
+        InvalidInputError: not a dict, not serializable as strict JSON (a non-finite float
+            among its values too), or larger than ``MAX_METADATA_BYTES``.
     """
     if metadata is None:
         return b""
@@ -40,7 +42,8 @@ def parse(data) -> dict:
     """The metadata object of a section.
 
     Raises:
-        CorruptStreamError: checksum mismatch, too large, or not a JSON object.
+        CorruptStreamError: checksum mismatch, too large, not a JSON object, or a number
+            that is not a finite float64 (``NaN``, ``Infinity``, ``1e400``).
     """
     data = bytes(data)
     if len(data) < 4 or len(data) > MAX_METADATA_BYTES + 4:
@@ -50,8 +53,14 @@ def parse(data) -> dict:
     def _no_constants(name):
         raise ValueError(f"{name} is not JSON")
 
+    def _finite(text):
+        v = float(text)
+        if not math.isfinite(v):  # (a number token past float64's range, e.g. 1e400)
+            raise ValueError(f"number {text[:40]} is out of float64's range")
+        return v
+
     try:
-        obj = json.loads(data[:-4].decode(), parse_constant=_no_constants)
+        obj = json.loads(data[:-4].decode(), parse_constant=_no_constants, parse_float=_finite)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CorruptStreamError(f"metadata section is not valid JSON: {exc}") from exc
     if not isinstance(obj, dict):

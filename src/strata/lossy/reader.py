@@ -19,7 +19,7 @@ from .._numba import kernel_threads, workers
 from ..checksum import crc32_parts
 from ..container import KIND_LOSSY, Source, SourceLike, checked_body, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError, TruncatedStreamError
-from . import chunk_decoder, chunks, exact, mask, missing
+from . import chunk_decoder, chunks, exact, mask, missing, selection, verify
 from . import metadata as meta
 from .codec import level_geometry
 from .header import LossyHeader
@@ -32,9 +32,6 @@ from .window import Window
 #: Most bytes a read allocates unless told otherwise (``max_output_bytes``): a guard against
 #: decompression bombs, like Pillow's ``MAX_IMAGE_PIXELS``; a module setting one may change.
 MAX_OUTPUT_BYTES = 8 << 30
-#: Working bytes per value of an enhanced read beyond the plain read and the network's inputs
-#: (prediction, regulation in float64, result).
-ENHANCE_BYTES_PER_POINT = 40
 #: Zero bytes after the chunks handed to the decoder (see :func:`strata.entropy.rans.renormalize`
 #: and :func:`strata.entropy.rans.bits_refill`).
 _PAD = 8
@@ -96,6 +93,8 @@ class LossyReader:
 
     def __init__(self, source: SourceLike):
         self._src = source if isinstance(source, Source) else Source(source)
+        # (a file's bytes pass through a buffer of their own on their way to a read's payload)
+        self._in_memory = isinstance(source, (bytes, bytearray, memoryview))
         try:
             self._open()
         except BaseException:
@@ -123,6 +122,7 @@ class LossyReader:
                                        f"it has {self._src.size}")
         self._tables: dict[int, _LevelTables] = {}
         self._mask_index: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._missing_checked = False
         self._metadata = None
         self._enhancement = None
         self._target = None
@@ -145,7 +145,17 @@ class LossyReader:
 
     @property
     def missing_count(self) -> int:
-        """Number of missing values (NaN, fill value or masked when compressed)."""
+        """Number of missing values (NaN, fill value or masked when compressed): the header's
+        count, checked against the mask on first use (the whole mask is decoded then, about a
+        byte per value, unless a whole read has checked it already).
+
+        Raises:
+            CorruptStreamError: the mask holds another number of missing points, or its bytes
+                are damaged.
+            ResourceLimitError: the mask would take more than :data:`MAX_OUTPUT_BYTES`.
+        """
+        if self.header.missing_count and not self._missing_checked:
+            self.read_mask()
         return self.header.missing_count
 
     @property
@@ -263,6 +273,10 @@ class LossyReader:
              progress=None, max_output_bytes: int | None = None, enhance: bool = True, inputs=None) -> np.ndarray:
         """Decode the data.
 
+        Every chunk the read decodes is read and checked (CRC-32, framing; the exact values and,
+        for a whole read, the mask's count) before the output is allocated
+        (:mod:`strata.lossy.verify`).
+
         Args:
             level: decode levels ``0..level`` only (default: all). With
                 ``full_resolution=True`` the missing finer points are interpolated (a
@@ -276,9 +290,10 @@ class LossyReader:
             full_resolution: see ``level``.
             masked: return a ``numpy.ma.MaskedArray`` whose mask marks the missing values.
             progress: optional callable ``progress(done, total)`` called after each level.
-            max_output_bytes: most bytes the read may allocate (output and working arrays);
-                default :data:`MAX_OUTPUT_BYTES` (a decompression-bomb guard, like Pillow's);
-                0 for no limit.
+            max_output_bytes: most bytes the read may hold (output, working arrays, the
+                compressed bytes it decodes, an enhancement network's working memory), a
+                non-negative integer (an integral float too); default :data:`MAX_OUTPUT_BYTES`
+                (a decompression-bomb guard, like Pillow's); 0 for no limit.
             enhance: apply the stream's enhancement network (:mod:`strata.enhance`), if it
                 stores one, to a full-resolution read of every level (whole or region: the
                 region is decoded with the halo the network reads, so it equals the same
@@ -294,14 +309,19 @@ class LossyReader:
             preview too), or a MaskedArray with ``masked=True``.
 
         Raises:
-            InvalidInputError: ``level`` out of range, bad ``region``, a region with
-                ``full_resolution=False``, or a cross-field network without ``inputs``.
-            ResourceLimitError: the read would allocate more than ``max_output_bytes``
-                (raised before allocating anything).
-            CorruptStreamError, TruncatedStreamError: the bytes needed are damaged.
+            InvalidInputError: ``level`` out of range, bad ``region`` (see
+                :func:`strata.lossy.selection.canonical`), a region with
+                ``full_resolution=False``, a ``max_output_bytes`` that is not a non-negative
+                integer, or a cross-field network without ``inputs``.
+            ResourceLimitError: the read would hold more than ``max_output_bytes`` (raised
+                before allocating its output).
+            CorruptStreamError, TruncatedStreamError: the bytes needed are damaged (raised
+                before allocating the output, except for damage only decoding shows: a chunk
+                whose symbols do not decode to its length, with its CRC recomputed).
         """
         h, part = self.header, self._part
-        limit = MAX_OUTPUT_BYTES if max_output_bytes is None else int(max_output_bytes)
+        limit = _output_limit(max_output_bytes)
+        region = selection.canonical(region, self.shape) if region is not None else None
         if part is None:
             out = np.empty(h.shape, self.dtype)
             out = out[region] if region is not None else out
@@ -309,27 +329,26 @@ class LossyReader:
         last = part.num_levels - 1
         if level is None:
             level = last
-        if not isinstance(level, (int, np.integer)) or not 0 <= level <= last:
+        if (isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, np.integer))
+                or not 0 <= level <= last):
             raise InvalidInputError(f"level must be an integer in 0..{last}, got {level!r}")
         level = int(level)
         if region is not None and not full_resolution:
             raise InvalidInputError("a region is read at full resolution")
-        box = self._region_box(region) if region is not None else None
+        box = selection.box(region, self.shape) if region is not None else None
         if box is not None and box.empty():
-            out = np.empty(_region_shape(region, self.shape), self.dtype)
+            out = np.empty(selection.shape(region, self.shape), self.dtype)
             return np.ma.MaskedArray(out, mask=np.zeros(out.shape, bool)) if masked else out
         report = progress or (lambda done, total: None)
         e = self.enhancement if enhance and level == last and full_resolution else None
         if e is not None and e.stored:
             out, m = self._read_enhanced(e, box, limit, report, inputs)
-            if region is not None:
-                out, m = _select(out, box.lo, region, self.shape), _select(m, box.lo, region, self.shape)
         elif box is None and full_resolution:
             out, m = self._read_whole(level, limit, report)
         else:
             out, m = self._read_window(level, box, full_resolution, limit, report)
-            if region is not None:
-                out, m = _select(out, box.lo, region, self.shape), _select(m, box.lo, region, self.shape)
+        if region is not None:
+            out, m = selection.take(out, box.lo, region, self.shape), selection.take(m, box.lo, region, self.shape)
         return np.ma.MaskedArray(out, mask=m) if masked else out
 
     @kernel_threads()
@@ -339,14 +358,16 @@ class LossyReader:
         windows (as a region read).
 
         Raises:
-            InvalidInputError: bad ``region``.
-            ResourceLimitError: the read would allocate more than ``max_output_bytes``.
-            CorruptStreamError, TruncatedStreamError: the mask bytes needed are damaged.
+            InvalidInputError: bad ``region`` or ``max_output_bytes`` (as :meth:`read`).
+            ResourceLimitError: the read would hold more than ``max_output_bytes``.
+            CorruptStreamError, TruncatedStreamError: the mask bytes needed are damaged, or the
+                whole mask holds another number of missing points than the header.
         """
         part = self._part
-        limit = MAX_OUTPUT_BYTES if max_output_bytes is None else int(max_output_bytes)
-        box = self._region_box(region) if region is not None else None
-        out_shape = _region_shape(region, self.shape) if region is not None else self.shape
+        limit = _output_limit(max_output_bytes)
+        region = selection.canonical(region, self.shape) if region is not None else None
+        box = selection.box(region, self.shape) if region is not None else None
+        out_shape = selection.shape(region, self.shape) if region is not None else self.shape
         self._check_limit(math.prod(out_shape), limit)
         if part is None or not self.header.missing_count or (box is not None and box.empty()):
             return np.zeros(out_shape, bool)
@@ -357,18 +378,23 @@ class LossyReader:
         plan = self._plan(0, box, True)
         wins = self._windows(0, box, True, plan)
         sizes = [wins[lv].size for lv in sorted(wins)]
-        self._check_limit(max(a + b for a, b in zip(sizes, sizes[1:] + [0])) + geometry, limit)
+        arrays = max(a + b for a, b in zip(sizes, sizes[1:] + [0])) + geometry
+        self._check_limit(arrays, limit)  # (before reading any mask index)
+        self._check_limit(arrays + self._held_bytes(plan, 0, codes=False, with_exact=False), limit)
+        data = self._load(plan, 0, codes=False, with_exact=False)
         prev = None
         for lv in sorted(wins):
             w = wins[lv]
             miss = np.zeros(w.size, np.uint8)
             if prev is not None:
                 prev[0].copy_coarse(w, prev[1], miss)
-            self._decode_mask(lv, plan[2][lv], miss, w)
+            self._decode_mask(lv, data.masks.pop(lv), miss, w)
             prev = (w, miss)
         w, miss = prev
+        if whole:
+            self._check_missing_count(miss)
         m = miss.view(np.bool_).reshape(w.shape)[w.slices(box)]
-        return m.reshape(self.shape) if whole else _select(m, box.lo, region, self.shape)
+        return m.reshape(self.shape) if whole else selection.take(m, box.lo, region, self.shape)
 
     @kernel_threads()
     def read_block(self, lo, hi, *, max_output_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -377,14 +403,15 @@ class LossyReader:
         3D arrays of the block's shape, the stream's dtype and bool.
 
         Raises:
-            InvalidInputError: the block is empty or outside the array.
+            InvalidInputError: the block is empty or outside the array, or a bad
+                ``max_output_bytes``.
             ResourceLimitError, CorruptStreamError, TruncatedStreamError: as :meth:`read`.
         """
         part = self._part
         box = Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi))
         if part is None or box.empty() or any(a < 0 or b > n for a, b, n in zip(box.lo, box.hi, part.shape)):
             raise InvalidInputError(f"block [{lo}, {hi}) is empty or outside the array's 3D view")
-        limit = MAX_OUTPUT_BYTES if max_output_bytes is None else int(max_output_bytes)
+        limit = _output_limit(max_output_bytes)
         if box == Box.whole(part.shape):
             x, m = self._read_whole(part.num_levels - 1, limit, lambda done, total: None)
             return x.reshape(part.shape), m.reshape(part.shape)
@@ -393,8 +420,9 @@ class LossyReader:
     def _read_enhanced(self, e, box: Box | None, limit: int, report, inputs):
         """Enhanced values and mask of the whole array (its shape) or of ``box`` (3D): the
         box and its halo decoded plainly (by ``inputs`` when given, ``""`` naming this field),
-        the network applied, the box cut out."""
-        from ..enhance.apply import enhance_block
+        the network applied tile by tile (:func:`strata.enhance.apply.enhance_block`), the box
+        cut out."""
+        from ..enhance.apply import TILE_BYTES, enhance_block, threads, tile_edge, working_bytes
         from ..enhance.network import HALO, SLICE_HALO
 
         part = self._part
@@ -404,10 +432,19 @@ class LossyReader:
             names = ", ".join(repr(f.name) for f in e.inputs[1:])
             raise InvalidInputError(f"this stream's enhancement also reads the fields {names}: decode it "
                                     "with strata.enhance.decompress_fields (or pass enhance=False)")
-        n = math.prod(h - lo for lo, h in zip(grown.lo, grown.hi))
-        # plain read + the network's working arrays (inputs, prediction, regulation in float64)
-        need = n * (self._bytes_per_point() + ENHANCE_BYTES_PER_POINT + 4 * len(e.inputs))
-        self._check_limit(need + (self.header.size // 8 if e.fallback_count else 0), limit)
+        shape = tuple(h - lo for lo, h in zip(grown.lo, grown.hi))
+        n = math.prod(shape)
+        # what the enhancement holds once the plain read is done: its values and mask, the
+        # other fields' blocks (float64 at most), the output, the fallback mask (the whole
+        # bitmap unpacked, or its bytes and the block's bit indices), the tiles in work
+        fallback = 0
+        if e.fallback_count:
+            fallback = n + self.header.size // 8 if box is None else self.header.size // 8 + 33 * n
+        need = n * (2 * self.dtype.itemsize + 1) + 9 * n * (len(e.inputs) - 1) + fallback
+        # the network in tiles of a thread's share of what the limit leaves (TILE_BYTES at most)
+        budget = max(0, limit - need) // threads(shape, tile_edge(e)) if limit else TILE_BYTES
+        edge = tile_edge(e, budget)
+        self._check_limit(need + working_bytes(e, shape, edge), limit)  # (the plain read checks its own need)
         if inputs is not None:
             blocks = [inputs(f.name, grown.lo, grown.hi) for f in e.inputs]
         elif box is None:
@@ -416,7 +453,7 @@ class LossyReader:
         else:
             blocks = [self._read_window(part.num_levels - 1, grown, True, limit, report)]
         fb = e.fallback(part.shape, None if box is None else (grown.lo, grown.hi))
-        out, _ = enhance_block(e, blocks, self.header.eb, fb)
+        out = enhance_block(e, blocks, self.header.eb, fb, edge)
         m = blocks[0][1]
         if box is None:
             return out.reshape(self.shape), m.reshape(self.shape)
@@ -437,6 +474,29 @@ class LossyReader:
             n += sum(part.chunk_count(lv) for lv in mask_levels)
         return 64 * n
 
+    def _held_bytes(self, plan, level: int, codes: bool = True, with_exact: bool = True) -> int:
+        """Bytes a read of ``plan`` holds besides its arrays and chunk tables: the compressed
+        chunks it decodes (codes of levels ``0..level`` if ``codes``, the mask), read before it
+        decodes (:meth:`_load`), the largest run of them once more for a stream not held in
+        memory (a file's bytes on their way in), the chunk decoders' scratch (a grid of a
+        chunk's box per worker), and the exact values (the section and its positions) if
+        ``with_exact``. Reads the mask indexes."""
+        _, level_chunks, mask_chunks = plan
+        total = run = 0
+        for lv, ids in mask_chunks.items():
+            offsets, _ = self._mask_tables(lv)
+            n = int((offsets[ids + 1] - offsets[ids]).sum())
+            total += n + mask.PAD + _scratch(level_geometry(self._part, lv)[4][ids], 2, 0)
+            run = max(run, n)
+        for lv, ids in level_chunks.items() if codes else ():
+            t = self._level_tables(lv)
+            n = int((t.offsets[ids + 1] - t.offsets[ids]).sum())
+            lanes = 25 if t.coder == chunks.CODER_LANES else 0
+            total += n + _PAD + _scratch(level_geometry(self._part, lv, t.tile)[4][ids], 1, lanes)
+            run = max(run, n)
+        # (the section, its positions as int64 twice over, a window's share of them: 10 bytes a byte)
+        return total + (0 if self._in_memory else run) + (10 * self.header.exact_len if with_exact else 0)
+
     @staticmethod
     def _check_limit(n_bytes: int, limit: int) -> None:
         if limit and n_bytes > limit:
@@ -444,29 +504,51 @@ class LossyReader:
                                      "(pass max_output_bytes= to raise it)")
 
     def _read_whole(self, level: int, limit: int, report):
-        """Everything at full resolution, into arrays of the whole shape."""
+        """Everything at full resolution, into arrays of the whole shape: the bytes read and
+        checked, the mask decoded and checked against the header, then the values."""
         h, part = self.header, self._part
-        self._check_limit(h.size * self._bytes_per_point(), limit)  # (before reading any level head)
-        geometry = self._geometry_bytes(range(level + 1), range(part.num_levels))
-        self._check_limit(h.size * self._bytes_per_point() + geometry, limit)
+        arrays = h.size * self._bytes_per_point()
+        self._check_limit(arrays, limit)  # (before reading any level head)
+        arrays += self._geometry_bytes(range(level + 1), range(part.num_levels))
+        self._check_limit(arrays, limit)  # (before the plan builds any chunk table)
+        plan = self._plan(level, None, True)
+        self._check_limit(arrays + self._held_bytes(plan, level), limit)
+        data = self._load(plan, level)
+        miss = missing.NO_MISSING
+        if h.missing_count:
+            miss = np.zeros(part.points((1, 1, 1)), np.uint8)
+            for lv in sorted(plan[2]):
+                self._decode_mask(lv, data.masks.pop(lv), miss)
+            self._check_missing_count(miss)
+            if data.exact is not None:
+                verify.exact_values(*data.exact, miss, h.fill_bits)
         x = np.empty(part.points((1, 1, 1)), dtype=self.dtype)
         codes = np.empty(x.size, dtype=self._codes_dtype(level))
-        miss = np.zeros(x.size, np.uint8) if h.missing_count else missing.NO_MISSING
-        self._decode(x, codes, miss, level, None, True, report)
-        m = self._finish(x, miss, None)
+        self._decode(x, codes, miss, level, plan, data, report)
+        del codes
+        m = self._finish(x, miss, None, data.exact)
         return x.reshape(self.shape), m.reshape(self.shape)
 
-    def _finish(self, x, miss, win: Window | None):
-        """The fill pattern and the exact values into ``x`` (the whole array, or the window
-        ``win``); returns the mask (flat bool)."""
+    def _check_missing_count(self, miss: np.ndarray) -> None:
+        """The whole mask (flat uint8) against the header's count of missing points."""
+        n = int(np.count_nonzero(miss))
+        if n != self.header.missing_count:
+            raise CorruptStreamError(f"the mask holds {n} missing points, the header {self.header.missing_count}")
+        self._missing_checked = True
+
+    def _finish(self, x, miss, win: Window | None, exact_values):
+        """The fill pattern and the exact values (``(positions, values)`` or None) into ``x``
+        (the whole array, or the window ``win``, whose exact values are checked against its
+        mask here); returns the mask (flat bool)."""
         h = self.header
         if h.missing_count:
             missing.fill_into(x, miss, h.fill_bits)
-        if h.exact_len:
-            pos, vals = exact.read(self._src.read(self._exact_offset, h.exact_len, "exact-value section"),
-                                   h.size, x.dtype)
+        if exact_values is not None:
+            pos, vals = exact_values
             if win is not None:
                 pos, vals = win.local_points(self._part.shape, pos, vals)
+                if h.missing_count:
+                    verify.exact_values(pos, vals, miss, h.fill_bits)
             x[pos] = vals
         return miss.view(np.bool_) if h.missing_count else np.zeros(x.size, np.bool_)
 
@@ -482,10 +564,14 @@ class LossyReader:
         wins = self._windows(level, box, full_resolution, plan)
         # at most two windows are alive at once, with codes where a level is decoded
         sizes = [wins[lv].size * self._bytes_per_point(lv <= level) for lv in sorted(wins)]
-        self._check_limit(max(a + b for a, b in zip(sizes, sizes[1:] + [0])) + geometry, limit)
-        win, x = self._decode_windows(level, plan, wins, report)
-        x, miss = x
-        m = self._finish(x, miss, win)
+        arrays = max(a + b for a, b in zip(sizes, sizes[1:] + [0])) + geometry
+        self._check_limit(arrays, limit)  # (before reading any chunk)
+        self._check_limit(arrays + self._held_bytes(plan, level), limit)
+        data = self._load(plan, level)
+        win, (x, miss) = self._decode_windows(level, plan, wins, data, report)
+        if self.header.missing_count and full_resolution and box == Box.whole(part.shape):
+            self._check_missing_count(miss)
+        m = self._finish(x, miss, win, data.exact)
         if not full_resolution:
             nd = len(self.shape)
             shape = win.shape if nd > 3 else win.shape[3 - nd:]
@@ -493,40 +579,63 @@ class LossyReader:
         sl = win.slices(box)
         return x.reshape(win.shape)[sl], m.reshape(win.shape)[sl]
 
-    def _region_box(self, region) -> Box:
-        shape = self.shape
-        if not isinstance(region, tuple):
-            region = (region,)
-        if len(region) > len(shape):
-            raise InvalidInputError(f"region has {len(region)} entries for a {len(shape)}-d array")
-        lo, hi = [], []
-        for d, n in enumerate(shape):
-            r = region[d] if d < len(region) else slice(None)
-            if isinstance(r, (int, np.integer)):
-                i = int(r) + (n if r < 0 else 0)
-                if not 0 <= i < n:
-                    raise InvalidInputError(f"index {r} out of range for axis {d} of size {n}")
-                lo.append(i)
-                hi.append(i + 1)
-            elif isinstance(r, slice):
-                idx = range(*r.indices(n))
-                if len(idx) == 0:
-                    lo.append(0)
-                    hi.append(0)
-                else:
-                    lo.append(min(idx[0], idx[-1]))
-                    hi.append(max(idx[0], idx[-1]) + 1)
-            else:
-                raise InvalidInputError(f"region entries must be slices or integers, not {type(r).__name__}")
-        if len(shape) <= 3:
-            pad = 3 - len(shape)
-            return Box((0,) * pad + tuple(lo), (1,) * pad + tuple(hi))
-        if any(h <= low for low, h in zip(lo, hi)):
-            return Box((0, 0, 0), (0, 0, 0))
-        lead = shape[:-2]
-        m_lo = int(np.ravel_multi_index(lo[:-2], lead))
-        m_hi = int(np.ravel_multi_index([h - 1 for h in hi[:-2]], lead)) + 1
-        return Box((m_lo, lo[-2], lo[-1]), (m_hi, hi[-2], hi[-1]))
+    def _load(self, plan, level: int, codes: bool = True, with_exact: bool = True) -> _Loaded:
+        """Read every chunk ``plan`` decodes -- the codes of levels ``0..level`` if ``codes``,
+        the mask -- checking each one's CRC-32 and framing (:mod:`strata.lossy.verify`), and
+        the exact-value section if ``with_exact``: what a read checks before it allocates its output.
+        A plan that decodes the whole mask has its chunk modes checked against the header's
+        count of missing points.
+
+        Raises:
+            CorruptStreamError, TruncatedStreamError: the bytes are damaged or inconsistent.
+        """
+        h, part = self.header, self._part
+        _, level_chunks, mask_chunks = plan
+        data = _Loaded({}, {}, None)
+        if with_exact and h.exact_len:
+            pos, vals = exact.read(self._src.read(self._exact_offset, h.exact_len, "exact-value section"),
+                                   h.size, self.dtype)
+            if not h.missing_count:
+                verify.exact_values(pos, vals, None, b"")
+            data.exact = (pos, vals)
+        low = high = 0
+        whole = len(mask_chunks) == part.num_levels
+        for lv, ids in sorted(mask_chunks.items()):
+            offsets, crcs = self._mask_tables(lv)
+            entry = h.levels[lv]
+            data.masks[lv] = loaded = self._read_chunks(self._level_offsets[lv] + entry.head_len + entry.mask_index_len,
+                                                        offsets, crcs, ids, f"level {lv} mask chunk", mask.PAD)
+            payload, starts, ends, _ = loaded
+            bad = verify.mask_frames(payload, starts, ends) if len(ids) else -1
+            if bad >= 0:
+                raise CorruptStreamError(f"level {lv} mask chunk {int(ids[bad])}: its mode and length disagree")
+            whole = whole and len(ids) == len(offsets) - 1
+            if whole:
+                lo, hi = verify.missing_bounds(payload, starts, level_geometry(part, lv))
+                low, high = low + lo, high + hi
+        if mask_chunks and whole and not low <= h.missing_count <= high:
+            raise CorruptStreamError(f"the header counts {h.missing_count} missing points, its mask chunks hold "
+                                     f"{low}..{high}")
+        for lv, ids in sorted(level_chunks.items()) if codes else ():
+            t = self._level_tables(lv)
+            entry = h.levels[lv]
+            base = self._level_offsets[lv] + entry.head_len + entry.mask_index_len + entry.mask_len
+            data.codes[lv] = loaded = self._read_chunks(base, t.offsets, t.crcs, ids, f"level {lv} chunk", _PAD)
+            payload, starts, ends, _ = loaded
+            bad = verify.chunk_frames(payload, starts, ends, self.dtype.itemsize, t.coder == chunks.CODER_LANES) \
+                if len(ids) else -1
+            if bad >= 0:
+                raise CorruptStreamError(f"level {lv} chunk {int(ids[bad])}: {_CHUNK_ERRORS[1]} or initial state")
+        return data
+
+    def _mask_tables(self, lv: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, crcs)`` of level ``lv``'s mask chunks (:func:`strata.lossy.mask.parse_index`)."""
+        if lv not in self._mask_index:
+            entry = self.header.levels[lv]
+            index = self._src.read(self._level_offsets[lv] + entry.head_len, entry.mask_index_len,
+                                   f"level {lv} mask index")
+            self._mask_index[lv] = mask.parse_index(index, entry.mask_len, len(level_geometry(self._part, lv)[4]))
+        return self._mask_index[lv]
 
     def _plan(self, level: int, box: Box | None, full_resolution: bool):
         """Per step the passes to run; per level ``0..level`` the chunks of codes to decode;
@@ -569,14 +678,14 @@ class LossyReader:
                 need = hull if need is None or hull is None else hull.hull(need)
         return step_passes, level_chunks, mask_chunks
 
-    def _decode(self, x, codes, miss, level, box, full_resolution, report):
+    def _decode(self, x, codes, miss, level: int, plan, data: _Loaded, report) -> None:
+        """Decode the levels of a whole read into ``x`` and ``codes`` (the mask ``miss``
+        decoded), the chunks from ``data`` (each level's dropped once decoded)."""
         part, h = self._part, self.header
-        step_passes, level_chunks, mask_chunks = self._plan(level, box, full_resolution)
-        for lv in sorted(mask_chunks):  # the mask of every level the read touches, before the codes
-            self._decode_mask(lv, mask_chunks[lv], miss)
+        step_passes = plan[0]
         # base grid: one chunk, every step
         shape = np.array(part.shape, np.int64)
-        self._decode_chunks(0, level_chunks[0], x, codes, miss)
+        self._decode_chunks(0, data.codes.pop(0), x, codes, miss)
         decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb, h.origin_pred)
         base_plan = part.plan_passes(None, part.base_steps - 1)
         decode_passes(x, codes, miss, shape, pass_table(base_plan, self._bounds, h.cubic, part, ("rows", "base")))
@@ -586,10 +695,9 @@ class LossyReader:
             if i not in step_passes:
                 break
             lv = i - part.base_steps + 1
-            table = pass_table({i: step_passes[i]}, self._bounds, h.cubic, part,
-                               ("rows", "step", i) if box is None else None)
+            table = pass_table({i: step_passes[i]}, self._bounds, h.cubic, part, ("rows", "step", i))
             if lv <= level:
-                self._decode_chunks(lv, level_chunks[lv], x, codes, miss)
+                self._decode_chunks(lv, data.codes.pop(lv), x, codes, miss)
                 decode_passes(x, codes, miss, shape, table)
             else:
                 preview_passes(x, miss, shape, table)
@@ -617,11 +725,12 @@ class LossyReader:
                                                                                                      (0,) * 3))
         return wins
 
-    def _decode_windows(self, level: int, plan, wins: dict[int, Window], report):
+    def _decode_windows(self, level: int, plan, wins: dict[int, Window], data: _Loaded, report):
         """Decode level by level, each into its window, the coarser points copied from the
-        previous window; returns the finest window and its values and mask (flat)."""
+        previous window, the chunks from ``data``; returns the finest window and its values and
+        mask (flat)."""
         part, h = self._part, self.header
-        step_passes, level_chunks, mask_chunks = plan
+        step_passes = plan[0]
         has_missing = bool(h.missing_count)
         prev = None
         codes_dtype = self._codes_dtype(level)
@@ -638,10 +747,10 @@ class LossyReader:
                 if has_missing:
                     pw.copy_coarse(w, pmiss, miss)
             if has_missing:
-                self._decode_mask(lv, mask_chunks[lv], miss, w)
+                self._decode_mask(lv, data.masks.pop(lv), miss, w)
             shape, geo = w.shape_array, w.geo
             if lv == 0:
-                self._decode_chunks(0, level_chunks[0], x, codes, miss, w)
+                self._decode_chunks(0, data.codes.pop(0), x, codes, miss, w)
                 decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb, h.origin_pred)
                 table = w.table(part.plan_passes(None, part.base_steps - 1), self._bounds, h.cubic)
                 decode_passes(x, codes, miss, shape, table, geo)
@@ -649,7 +758,7 @@ class LossyReader:
                 i = part.base_steps + lv - 1
                 table = w.table({i: step_passes[i]}, self._bounds, h.cubic)
                 if codes is not None:
-                    self._decode_chunks(lv, level_chunks[lv], x, codes, miss, w)
+                    self._decode_chunks(lv, data.codes.pop(lv), x, codes, miss, w)
                     decode_passes(x, codes, miss, shape, table, geo)
                 else:
                     preview_passes(x, miss, shape, table, geo)
@@ -693,7 +802,9 @@ class LossyReader:
         """Read chunks ``ids`` (sorted) of a payload at ``offset`` (chunk ``i`` at
         ``offsets[i]:offsets[i + 1]``) in runs of consecutive chunks into one padded uint8
         copy (the decoders read a few bytes past a section's end, never used), checking each
-        chunk's CRC-32 against ``crcs[i]``: ``(payload, starts, ends)``."""
+        chunk's CRC-32 against ``crcs[i]``: ``(payload, starts, ends, ids)``."""
+        if len(ids) == 0:
+            return np.zeros(pad, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int64), ids
         i0, i1 = int(ids[0]), int(ids[-1]) + 1
         if i1 - i0 == len(ids):  # one run (a whole level): no per-run bookkeeping
             bounds = offsets[i0:i1 + 1] - offsets[i0]
@@ -714,18 +825,16 @@ class LossyReader:
         bad = np.flatnonzero(crc32_parts(payload, bounds) != expected)
         if bad.size:
             raise CorruptStreamError(f"checksum mismatch in {what} {int(ids[bad[0]])}: the stream is corrupted")
-        return payload, bounds[:-1], bounds[1:]
+        return payload, bounds[:-1], bounds[1:], ids
 
-    def _decode_chunks(self, lv: int, ids: np.ndarray, x, codes, miss, win: Window | None = None) -> None:
-        """Decode chunks ``ids`` of level ``lv`` into ``codes`` (and unpredictable values into
-        ``x``): arrays of the whole shape, or of the window ``win``."""
+    def _decode_chunks(self, lv: int, loaded, x, codes, miss, win: Window | None = None) -> None:
+        """Decode the chunks ``loaded`` (``(payload, starts, ends, ids)``, :meth:`_load`) of
+        level ``lv`` into ``codes`` (and unpredictable values into ``x``): arrays of the whole
+        shape, or of the window ``win``."""
+        payload, starts, ends, ids = loaded
         if len(ids) == 0:
             return
         t = self._level_tables(lv)
-        entry = self.header.levels[lv]
-        base = self._level_offsets[lv] + entry.head_len + entry.mask_index_len + entry.mask_len
-        ids = np.sort(np.asarray(ids, dtype=np.int64))
-        payload, starts, ends = self._read_chunks(base, t.offsets, t.crcs, ids, f"level {lv} chunk", _PAD)
         shape, stride, refined, base_flag, boxes = _geometry(level_geometry(self._part, lv, t.tile), win)
         errors = np.zeros(len(ids), np.int64)
         small = len(ids) == 1
@@ -736,24 +845,55 @@ class LossyReader:
             j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")
 
-    def _decode_mask(self, lv: int, ids: np.ndarray, miss: np.ndarray, win: Window | None = None) -> None:
-        """Decode the mask bits of mask chunks ``ids`` of level ``lv`` into ``miss`` (the whole
-        array, or the window ``win``); the mask is chunked at the default chunk edge,
-        whatever edge the level's codes use."""
+    def _decode_mask(self, lv: int, loaded, miss: np.ndarray, win: Window | None = None) -> None:
+        """Decode the mask chunks ``loaded`` (as :meth:`_decode_chunks`) of level ``lv`` into
+        ``miss`` (the whole array, or the window ``win``); the mask is chunked at the default
+        chunk edge, whatever edge the level's codes use."""
+        payload, starts, ends, ids = loaded
         if len(ids) == 0:
             return
-        entry = self.header.levels[lv]
-        geometry = _geometry(level_geometry(self._part, lv), win)
-        if lv not in self._mask_index:
-            index = self._src.read(self._level_offsets[lv] + entry.head_len, entry.mask_index_len,
-                                   f"level {lv} mask index")
-            offsets, crcs = mask.parse_index(index, entry.mask_len, len(geometry[-1]))
-            self._mask_index[lv] = (offsets, crcs)
-        offsets, crcs = self._mask_index[lv]
-        ids = np.sort(np.asarray(ids, dtype=np.int64))
-        payload, starts, ends = self._read_chunks(self._level_offsets[lv] + entry.head_len + entry.mask_index_len,
-                                                  offsets, crcs, ids, f"level {lv} mask chunk", mask.PAD)
-        mask.decode_chunks(payload, starts, ends, ids, miss, *geometry)
+        mask.decode_chunks(payload, starts, ends, ids, miss, *_geometry(level_geometry(self._part, lv), win))
+
+
+@dataclass
+class _Loaded:
+    """The bytes a read decodes, read and checked (:meth:`LossyReader._load`): per level the
+    ``(payload, starts, ends, ids)`` of its chunks of codes and of its mask chunks, and the
+    exact values ``(positions, values)`` or None."""
+
+    codes: dict
+    masks: dict
+    exact: tuple | None
+
+
+def _output_limit(max_output_bytes) -> int:
+    """The byte limit of a read: :data:`MAX_OUTPUT_BYTES` for None, else ``max_output_bytes``
+    (a non-negative integer, or a float with an integral value; 0: no limit).
+
+    Raises:
+        InvalidInputError: anything else (a string, a bool, a negative, fractional or
+            non-finite number).
+    """
+    if max_output_bytes is None:
+        return MAX_OUTPUT_BYTES
+    v = max_output_bytes
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float, np.floating)):
+        raise InvalidInputError(f"max_output_bytes must be a non-negative integer, not {v!r}")
+    if isinstance(v, (float, np.floating)) and not (math.isfinite(v) and v == int(v)):
+        raise InvalidInputError(f"max_output_bytes must be a non-negative integer, not {v!r}")
+    if v < 0:
+        raise InvalidInputError(f"max_output_bytes must be a non-negative integer, not {v!r}")
+    return int(v)
+
+
+def _scratch(boxes: np.ndarray, border: int, per_row: int) -> int:
+    """Bytes the chunk decoders' workers hold for the chunks of ``boxes`` (int64 ``(n, 6)``,
+    ``lo, hi`` per axis in grid points): each worker a uint8 grid of the largest box with
+    ``border`` more points along each axis, and ``per_row`` bytes per point of its rows."""
+    if not len(boxes):
+        return 0
+    ext = boxes[:, 1::2] - boxes[:, ::2] + border
+    return workers(len(boxes)) * int((ext.prod(axis=1) + per_row * ext[:, 2]).max())
 
 
 def _geometry(geometry, win: Window | None):
@@ -766,38 +906,6 @@ def _geometry(geometry, win: Window | None):
 
 
 _UNIT = np.ones(3, np.int64)
-
-
-def _region_shape(region, shape) -> tuple[int, ...]:
-    """Shape of ``np.empty(shape)[region]`` (a valid basic-indexing region), computed."""
-    region = region if isinstance(region, tuple) else (region,)
-    region = region + (slice(None),) * (len(shape) - len(region))
-    return tuple(len(range(*r.indices(n))) for r, n in zip(region, shape) if isinstance(r, slice))
-
-
-def _select(a: np.ndarray, lo, region, shape) -> np.ndarray:
-    """``region`` (numpy basic indexing of an array of ``shape``) taken from ``a``, the internal
-    3D box of the array that starts at ``lo`` and holds the region; a copy."""
-    nd = len(shape)
-    region = region if isinstance(region, tuple) else (region,)
-    region = region + (slice(None),) * (nd - len(region))
-    idx, keep = [], []
-    for r, n in zip(region, shape):
-        if isinstance(r, slice):
-            idx.append(np.arange(*r.indices(n)))
-            keep.append(True)
-        else:
-            idx.append(np.array([int(r) + (n if r < 0 else 0)]))
-            keep.append(False)
-    if nd <= 3:
-        out = a.reshape(a.shape[3 - nd:])
-        for d in range(nd):
-            out = np.take(out, idx[d] - lo[3 - nd + d], axis=d)
-    else:  # internal axis 0 merges the leading axes
-        lead = np.ravel_multi_index(np.ix_(*idx[:-2]), shape[:-2]) - lo[0]
-        out = np.take(a, lead.ravel(), axis=0).reshape(*lead.shape, *a.shape[1:])
-        out = np.take(np.take(out, idx[-2] - lo[1], axis=nd - 2), idx[-1] - lo[2], axis=nd - 1)
-    return out.reshape([n for n, k in zip(out.shape, keep) if k])
 
 
 def open_stream(source: SourceLike) -> LossyReader:

@@ -207,11 +207,11 @@ def check_output(output: Path, force: bool, **inputs: Path | None) -> None:
         raise CommandError(f"{output} exists: give --force to replace it, or another output (-o)")
 
 
-def _declared(fill_value, mask, shape) -> dict:
-    """``read_input``'s keywords for the missing values given on the command line."""
-    from .inputs import read_mask
+def _declared(v, fill_value, mask):
+    """The variable ``v`` with the missing values given on the command line."""
+    from .inputs import declare_missing, read_mask
 
-    return {"fill_value": fill_value, "mask": read_mask(mask, shape) if mask is not None else None}
+    return declare_missing(v, fill_value, read_mask(mask, v.data.shape) if mask is not None else None)
 
 
 def _exact(v: float, dtype) -> str:
@@ -308,6 +308,7 @@ def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, tar
     declared with --fill-value and --mask; a warning tells when a few extreme values dominate
     the range (a relative bound would then erase the data).
     """
+    from .cf import HDF5_SUFFIXES, NETCDF_SUFFIXES
     from .container import atomic_write
     from .dominance import check_array
     from .inputs import read_input
@@ -319,12 +320,12 @@ def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, tar
     if given != 1 or (targets and enhance):
         raise click.UsageError("give one of --abs, --rel, --target-psnr, --target-ratio, --target-ssim "
                                "(a target does not combine with --enhance)")
+    if no_cf and input.suffix.lower() not in NETCDF_SUFFIXES + HDF5_SUFFIXES:
+        raise click.UsageError("--no-cf is for NetCDF/HDF5 inputs only")
     output = output or input.with_name(input.name + ".strata")
     check_output(output, force, input=input, mask=mask)
     with reported():
-        v = read_input(input, shape, var, cf=not no_cf)
-        if fill_value is not None or mask is not None:
-            v = read_input(input, shape, var, cf=not no_cf, **_declared(fill_value, mask, v.data.shape))
+        v = _declared(read_input(input, shape, var, cf=not no_cf), fill_value, mask)
         a = v.data
         d = check_array(a, v.mask)
         if d is not None:
@@ -349,11 +350,13 @@ def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, tar
 def _decode_to(input, output, level, region, grid=False, enhance=True, force=False):
     """Decode INPUT (all, a level, or a region) and write it to OUTPUT; report or fail."""
     from .cf import NETCDF_SUFFIXES, keep_axes
-    from .inputs import write_array
+    from .inputs import RAW_DTYPES, write_array
     from .lossy import LossyReader
 
     check_output(output, force, input=input)
     netcdf = output.suffix.lower() in NETCDF_SUFFIXES
+    if not netcdf and output.suffix.lower() not in (".npy", *RAW_DTYPES):
+        raise CommandError(f"{output.name}: the output must be .npy, .f32, .f64 or .nc")
     if netcdf:
         region = keep_axes(region)  # a NetCDF variable keeps its dimensions (and coordinates)
     with reported():
@@ -487,9 +490,7 @@ def quality(input, rel_error, abs_error, compressor, verify, shape, var, fill_va
         raise click.UsageError("give one of --rel and --abs")
     bounds = rel_error or abs_error
     with reported():
-        v = read_input(input, shape, var)
-        if fill_value is not None or mask is not None:
-            v = read_input(input, shape, var, **_declared(fill_value, mask, v.data.shape))
+        v = _declared(read_input(input, shape, var), fill_value, mask)
         a = v.data
         d = check_array(a, v.mask)
         if d is not None:

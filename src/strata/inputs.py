@@ -41,8 +41,7 @@ def raw_shape(path: Path) -> tuple[int, ...] | None:
     return parse_shape(m.group(1)) if m else None
 
 
-def read_input(path, shape: tuple[int, ...] | None = None, var: str | None = None, *, cf: bool = True,
-               fill_value=None, mask=None):
+def read_input(path, shape: tuple[int, ...] | None = None, var: str | None = None, *, cf: bool = True):
     """Load the data to compress from ``path``, with its missing values and description.
 
     Args:
@@ -51,39 +50,59 @@ def read_input(path, shape: tuple[int, ...] | None = None, var: str | None = Non
         shape: shape of a raw file (default: from its name).
         var: variable (NetCDF) or dataset path (HDF5) to read.
         cf: for NetCDF/HDF5, apply the CF conventions (see :mod:`strata.cf`).
-        fill_value: values equal to it are missing too (the nearest value of the data's dtype:
-            ``1e20`` for float32 data means ``float32(1e20)``); it becomes the variable's fill
-            value when the file declares none.
-        mask: bool array (``True`` = missing, or integers 0/1) of the data's shape or
-            broadcasting to it (:func:`read_mask` reads one from a file): its points are
-            missing too.
 
     Returns:
-        A :class:`strata.cf.Variable`: raw and ``.npy`` files give their array, with the missing
-        points ``fill_value`` and ``mask`` declare (no metadata); NetCDF/HDF5 variables come with
-        their own missing points (CF), metadata and fill value, and those declared here.
+        A :class:`strata.cf.Variable`: raw and ``.npy`` files give their array alone (no mask,
+        fill value or metadata: :func:`declare_missing` adds them); NetCDF/HDF5 variables come
+        with them.
 
     Raises:
-        InvalidInputError: unknown format, missing shape or variable, size mismatch, a file that
-            is not a regular file or not a valid ``.npy``, a ``fill_value`` that the dtype
-            cannot represent, a ``mask`` that is not boolean or does not broadcast.
+        InvalidInputError: unknown format, missing shape or variable (or one given for a file
+            of another kind), size mismatch, a file that is not a regular file or not a valid
+            ``.npy``.
         UnsupportedDtypeError: the data are not floating point.
         OSError: the file cannot be opened or read.
     """
-    from dataclasses import replace
-
     from .cf import HDF5_SUFFIXES, NETCDF_SUFFIXES, Variable, read_variable
-    from .lossy import missing
 
     path = Path(path)
     ext = path.suffix.lower()
+    if shape is not None and ext not in RAW_DTYPES:
+        raise InvalidInputError(f"{path.name}: a shape (--shape) is for raw .f32/.f64 files only")
+    if var is not None and ext not in NETCDF_SUFFIXES + HDF5_SUFFIXES:
+        raise InvalidInputError(f"{path.name}: a variable (--var) is for NetCDF/HDF5 files only")
     if ext in NETCDF_SUFFIXES + HDF5_SUFFIXES:
         if not var:
             raise InvalidInputError(f"{path.name}: name the variable to read with --var")
         open_regular(path).close()  # (netCDF4 and h5py would block on a FIFO)
-        v = read_variable(path, var, cf=cf)
-    else:
-        v = Variable(_read_array_file(path, ext, shape))
+        return read_variable(path, var, cf=cf)
+    return Variable(_read_array_file(path, ext, shape))
+
+
+def declare_missing(v, fill_value=None, mask=None):
+    """``v`` (a :class:`strata.cf.Variable`) with more missing points: those equal to
+    ``fill_value`` and those ``mask`` marks (what ``--fill-value`` and ``--mask`` declare for a
+    raw or ``.npy`` input, which carries no attributes).
+
+    Args:
+        v: the variable as read (its own missing points are kept).
+        fill_value: values equal to it are missing (the nearest value of the data's dtype:
+            ``1e20`` for float32 data means ``float32(1e20)``); it becomes the variable's fill
+            value when it has none. NaN: no change (NaN is always missing).
+        mask: bool array (``True`` = missing, or integers 0/1) of the data's shape or
+            broadcasting to it (:func:`read_mask` reads one from a file).
+
+    Returns:
+        A new :class:`strata.cf.Variable` (``mask`` None when no point is missing).
+
+    Raises:
+        InvalidInputError: a ``fill_value`` that the dtype cannot represent, a ``mask`` that is
+            not boolean or does not broadcast to the data's shape.
+    """
+    from dataclasses import replace
+
+    from .lossy import missing
+
     if fill_value is None and mask is None:
         return v
     declared = missing.find(v.data, mask, fill_value).reshape(v.data.shape)

@@ -63,10 +63,12 @@ def test_next_write_removes_what_killed_writers_left(tmp_path):
         os.utime(reused, (old, old))
         other_host = fake_temp(tmp_path, "d.strata", gone, host="0badc0de")  # another machine's: kept
         mine = fake_temp(tmp_path, "e.strata", os.getpid())             # this process's: kept
+        before_me = fake_temp(tmp_path, "g.strata", os.getpid())        # made before it started: removed
+        os.utime(before_me, (old, old))
         unrelated = tmp_path / ".f.strata.tmp"
         unrelated.write_bytes(b"not ours")
         atomic_write(tmp_path / "new.strata", b"new")
-        assert not stale_file.exists() and not stale_dir.exists() and not reused.exists()
+        assert not stale_file.exists() and not stale_dir.exists() and not reused.exists() and not before_me.exists()
         assert live_file.exists() and other_host.exists() and mine.exists() and unrelated.exists()
     finally:
         live.kill()

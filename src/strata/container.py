@@ -387,18 +387,19 @@ def _process_start(pid: int) -> float | None:
 
 def _writer_gone(pid: int, host: str, mtime: float) -> bool:
     """Whether the writer of a temporary file (its process id and machine, the file's last
-    change) has ended: its process is gone, or the process now under that id started after the
-    file last changed. Never for another machine's or this process's files, nor when unsure."""
-    if host != _HOST or pid <= 0 or pid == os.getpid():
+    change) has ended: its process is gone, or the process now under that id (this one too)
+    started after the file last changed. Never for another machine's files, nor when unsure."""
+    if host != _HOST or pid <= 0:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass  # alive, another user's
-    except (OSError, OverflowError):
-        return False
+    if pid != os.getpid():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # alive, another user's
+        except (OSError, OverflowError):
+            return False
     started = _process_start(pid)
     return started is not None and started > mtime + _CLOCK_SLACK
 
@@ -459,8 +460,9 @@ def clean_stale(folder) -> list[Path]:
     had finished and the old one is removed).
 
     A writer has ended when no process has its id, or the process with that id started after the
-    temporary file last changed (the id was reused; from ``/proc``, on Linux). The files of
-    live writers, of this process and of other machines (a shared folder) are never touched.
+    temporary file last changed (the id was reused, by this process too; from ``/proc``, on
+    Linux). The files of live writers (this process's threads included) and of other machines
+    (a shared folder) are never touched.
     Every atomic write calls this for its output's folder first.
 
     Args:

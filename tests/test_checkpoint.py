@@ -201,8 +201,19 @@ def test_atomic_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("crash while coding")
 
-    monkeypatch.setattr(codec, "encode", boom)
+    monkeypatch.setattr(codec, "encode_parts", boom)
     with pytest.raises(RuntimeError):
+        ck.save({"x": np.arange(6.0)}, path)
+    assert np.array_equal(ck.load(path)["x"], np.arange(5.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.strata"]
+    monkeypatch.undo()
+
+    def disk_full(*a, **k):  # the file is written part by part: the disk fills up after the first
+        yield b"STRA, the first part"
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ck.io, "encode_parts", disk_full)
+    with pytest.raises(OSError, match="No space"):
         ck.save({"x": np.arange(6.0)}, path)
     assert np.array_equal(ck.load(path)["x"], np.arange(5.0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.strata"]

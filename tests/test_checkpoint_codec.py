@@ -145,7 +145,7 @@ def test_version_2_records_decode_and_their_checksums_are_zlib_crc32():
 def test_version_3_head_checksum_covers_the_dtype_and_chunk_index():
     data = _segment("F32", 1 << 16, 5)
     rec = codec.encode(data, "F32")
-    end = codec._parse_head(memoryview(rec), codec.MAX_BYTES).offsets[0]  # where the chunks start
+    end = codec.Record.from_bytes(rec).offsets[0]  # where the chunks start
     assert struct.unpack_from("<I", rec, end - 4)[0] == codec.head_checksum(rec) == codec.crc32c(rec[:end - 4])
     i32 = bytearray(rec)
     i32[len(Writer().varint(len(data)).getvalue())] = list(codec.DTYPES).index("I32")  # (v2 decoded it wrong)

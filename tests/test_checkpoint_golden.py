@@ -67,7 +67,7 @@ def _records(path: Path):
 
 def _plane_models(rec: bytes) -> set[int]:
     """The byte-plane models of a segment record's chunks (split records: their parts')."""
-    head = codec._parse_head(memoryview(rec), codec.MAX_BYTES)
+    head = codec.Record.from_bytes(rec)
     b = np.frombuffer(rec, np.uint8)
     models = set()
     for c in range(len(head.checks)):

@@ -65,7 +65,7 @@ def pair(tmp_path, full) -> tuple[Path, Path]:
 def opened(monkeypatch):
     """The paths :mod:`strata.checkpoint.io` opens, and the most files it held open at once."""
     log = {"paths": [], "open": 0, "most": 0}
-    real = io.Source
+    real = io.Positional
 
     class Tracking(real):
         def __init__(self, source):
@@ -75,11 +75,11 @@ def opened(monkeypatch):
             log["most"] = max(log["most"], log["open"])
 
         def close(self):
-            if self._own is not None:
+            if self._file is not None:
                 log["open"] -= 1
             super().close()
 
-    monkeypatch.setattr(io, "Source", Tracking)
+    monkeypatch.setattr(io, "Positional", Tracking)
     return log
 
 

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..container import atomic_write
 from . import io
 from .state import flatten
 
@@ -115,8 +114,8 @@ class AsyncCheckpointer:
                 dest = io.entry(path)
                 self._free_dependents(dest)
                 base = None if full or dest in self._files else self._base(dest)
-                data = io.encode(snap, base and base[1], base and os.path.basename(base[0]), self.workers)
-                atomic_write(path, data)
+                base_file = base and os.path.basename(base[0])
+                io.write(path, io.encode_parts(snap, base and base[1], base_file, self.workers))
                 self._wrote(dest, base and base[0])
                 old, self._prev = self._prev, (dest, snap)
                 if old is not None:
@@ -170,7 +169,7 @@ class AsyncCheckpointer:
                 snap = self._prev[1]  # the last save, still in memory
             else:
                 snap = io.read(e, self.workers)
-            atomic_write(e, io.encode(snap, None, None, self.workers))
+            io.write(e, io.encode_parts(snap, None, None, self.workers))
             self._wrote(e, None)
 
     def _buffer(self, n: int) -> np.ndarray:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 from crc32c import crc32c as _crc32c
@@ -233,7 +232,7 @@ def _decode_chunk(buf, itemsize: int, rotate: bool, out: np.ndarray) -> None:
 
 
 def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
-    """Code the bytes of one dtype.
+    """Code the bytes of one dtype: the segment record, :func:`encode_parts` joined.
 
     Args:
         data: bytes-like, the elements' little-endian bytes.
@@ -250,29 +249,51 @@ def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
     raw = _as_u8(data)
     if dtype == "AUTO":
         dtype = guess_dtype(raw)
-    if dtype not in DTYPES or raw.size % DTYPES[dtype][0]:
+    return b"".join(encode_parts(lambda lo, hi: raw[lo:hi], raw.size, dtype, base, workers))
+
+
+def encode_parts(read, n: int, dtype: str, base=None, workers: int | None = None) -> list[bytes]:
+    """The segment record of ``n`` bytes that ``read`` gives chunk by chunk, as the parts to
+    write one after another: its head, then each chunk. The segment need not lie in memory
+    whole (a safetensors file's tensors are read from the file one chunk at a time).
+
+    Args:
+        read: ``read(lo, hi)`` gives bytes ``lo .. hi`` of the segment as a uint8 array; it is
+            called from several threads at once, and the array it returns may be reused once
+            the same thread calls it again.
+        n: the segment's length in bytes.
+        dtype: safetensors dtype name; an unknown name, or a length that is not a whole number
+            of elements, is coded as bytes (``"U8"``).
+        base: optional bytes-like of ``n`` bytes to XOR the segment with (see :func:`encode`).
+        workers: threads (default: all cores).
+
+    Raises:
+        InvalidInputError: ``base`` has another length.
+    """
+    if dtype not in DTYPES or n % DTYPES[dtype][0]:
         dtype = "U8"
     itemsize, rotate = DTYPES[dtype]
     if base is not None:
         b = _as_u8(base)
-        if b.size != raw.size:
-            raise InvalidInputError(f"base has {b.size} bytes, data {raw.size}")
-    n_chunks = -(-raw.size // CHUNK_BYTES)
+        if b.size != n:
+            raise InvalidInputError(f"base has {b.size} bytes, data {n}")
+    n_chunks = -(-n // CHUNK_BYTES)
 
     def one(c):
-        chunk = raw[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES]
+        lo, hi = c * CHUNK_BYTES, min(n, (c + 1) * CHUNK_BYTES)
+        chunk = read(lo, hi)
         if base is not None:
-            chunk = np.bitwise_xor(chunk, b[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES])
+            chunk = np.bitwise_xor(chunk, b[lo:hi])
         coded = _encode_chunk(chunk, itemsize, rotate)
         return coded, crc32c(coded)
 
     coded = run_parallel(one, n_chunks, workers)
-    w = Writer().varint(raw.size).u8(_CODES[dtype]).u8(CRC32C | (DELTA if base is not None else 0))
+    w = Writer().varint(n).u8(_CODES[dtype]).u8(CRC32C | (DELTA if base is not None else 0))
     w.varint(CHUNK_BYTES).varint(n_chunks)
     for c, check in coded:
         w.varint(len(c)).u32(check)
     head = w.getvalue()
-    return b"".join([head, crc32c(head).to_bytes(4, "little"), *(c for c, _ in coded)])
+    return [head + crc32c(head).to_bytes(4, "little"), *(c for c, _ in coded)]
 
 
 #: Layouts tried by :func:`guess_dtype`.
@@ -323,78 +344,168 @@ def info(buf) -> dict:
     return dict(n_bytes=n, dtype=_NAMES[code], delta=bool(flags & DELTA), crc32c=bool(flags & CRC32C))
 
 
-@dataclass
-class _Head:
-    """A segment record's head, checked (:func:`_parse_head`)."""
-
-    n: int  # decoded bytes
-    itemsize: int
-    rotate: bool
-    flags: int
-    chunk_bytes: int
-    offsets: list[int]  # where each chunk starts in the record, then the record's length
-    checks: list[int]  # each chunk's checksum
-    head_crc: int | None  # the head's own CRC-32C (records with ``CRC32C``)
+def _max_chunk_record(chunk_bytes: int, itemsize: int) -> int:
+    """Longest record a chunk of ``chunk_bytes`` takes: what the encoder reserves for it."""
+    return itemsize * (bytecoder.max_record_bytes(chunk_bytes // itemsize) + 10)
 
 
-def _parse_head(mv: memoryview, limit: int) -> _Head:
-    """Parse and check the head of the segment record ``mv`` (see :func:`decode`), announcing
-    at most ``limit`` bytes; a ``CRC32C`` record's head must match its own checksum."""
-    r = Reader(mv, "segment")
-    n = r.varint()
-    if n > limit:
-        raise ResourceLimitError(f"segment of {n} bytes exceeds the limit of {limit}")
-    code = r.u8()
-    flags = r.u8()
-    if code >= len(_NAMES) or flags > DELTA | CRC32C:
-        raise CorruptStreamError("invalid segment header")
-    itemsize, rotate = DTYPES[_NAMES[code]]
-    chunk_bytes = r.varint()
-    if chunk_bytes > MAX_CHUNK_BYTES:
-        raise ResourceLimitError(f"segment chunks of {chunk_bytes} bytes exceed the limit of {MAX_CHUNK_BYTES}")
-    n_chunks = r.varint(len(mv))
-    if chunk_bytes == 0 or chunk_bytes % itemsize or n_chunks != -(-n // chunk_bytes) or n % itemsize:
-        raise CorruptStreamError("inconsistent segment chunking")
-    if n_chunks * _min_chunk(itemsize) > len(mv) - r.pos:
-        raise CorruptStreamError(f"segment record of {len(mv)} bytes is too short for its {n_chunks} chunks")
-    lens, checks = [], []
-    for _ in range(n_chunks):
-        lens.append(r.varint(len(mv)))
-        checks.append(r.u32())
-    head_crc = None
-    if flags & CRC32C:
-        head_crc = r.u32()
-        if crc32c(mv[:r.pos - 4]) != head_crc:
-            raise CorruptStreamError("checksum mismatch in the segment head: the stream is corrupted")
-    offsets = np.concatenate([[r.pos], r.pos + np.cumsum(lens, dtype=np.int64)]).tolist()
-    if offsets[-1] != len(mv):
-        raise CorruptStreamError("segment length does not match its chunk index")
-    return _Head(n, itemsize, rotate, flags, chunk_bytes, offsets, checks, head_crc)
+#: Bytes that hold a record head's fields before its chunk index (five varints or bytes).
+_HEAD_PREFIX = 32
+
+
+class Record:
+    """A segment record read on demand, chunk by chunk: its head is read and checked here,
+    each chunk is read when it is decoded, so a record in a file is never copied whole.
+
+    Checks (before anything is allocated): ``n_bytes`` at most ``max_bytes``, a chunk size of
+    at most ``MAX_CHUNK_BYTES``, a chunk count that fits in ``length`` bytes (at least ``5 + 3
+    * itemsize`` bytes a chunk) and matches ``n_bytes``, no chunk longer than the encoder ever
+    writes for a chunk (``3 x chunk_bytes`` and its tables), chunk lengths adding up to
+    ``length``; with flag ``CRC32C``, the head's own CRC-32C.
+
+    Args:
+        read: ``read(offset, n)`` gives bytes ``offset .. offset + n`` of the record (bytes-like;
+            called from several threads at once by :meth:`decode`).
+        length: the record's length in bytes.
+        max_bytes: refuse a record announcing more than this many bytes (default ``MAX_BYTES``).
+
+    Attributes:
+        n_bytes: decoded length; ``dtype``: dtype name, ``itemsize`` its element size;
+        delta: an XOR delta (flag bit 0); ``crc32c``: checked with CRC-32C (flag bit 1,
+        version 3 on); ``head_crc``: the head's CRC-32C (``None`` without bit 1);
+        chunk_bytes: decoded bytes per chunk; ``offsets``: where each chunk starts in the
+        record, then the record's length; ``checks``: each chunk's checksum.
+
+    Raises:
+        CorruptStreamError: a malformed, inconsistent or corrupted head.
+        ResourceLimitError: more than ``max_bytes`` announced, or chunks beyond
+            ``MAX_CHUNK_BYTES``.
+    """
+
+    def __init__(self, read, length: int, max_bytes: int | None = None):
+        self._read, self.length = read, length
+        first = memoryview(read(0, min(length, _HEAD_PREFIX))).cast("B")
+        head_len = len(first)
+        try:
+            r = Reader(first, "segment")
+            r.varint(), r.u8(), r.u8(), r.varint()
+            head_len = min(length, r.pos + 14 * r.varint(length) + 4)  # (varint and u32 a chunk, head CRC)
+        except CorruptStreamError:
+            pass  # (the parse below says why)
+        mv = first if head_len <= len(first) else memoryview(read(0, head_len)).cast("B")
+        self._parse(mv, MAX_BYTES if max_bytes is None else max_bytes)
+
+    def _parse(self, mv: memoryview, limit: int) -> None:
+        length = self.length
+        r = Reader(mv, "segment")
+        n = r.varint()
+        if n > limit:
+            raise ResourceLimitError(f"segment of {n} bytes exceeds the limit of {limit}")
+        code = r.u8()
+        flags = r.u8()
+        if code >= len(_NAMES) or flags > DELTA | CRC32C:
+            raise CorruptStreamError("invalid segment header")
+        itemsize, rotate = DTYPES[_NAMES[code]]
+        chunk_bytes = r.varint()
+        if chunk_bytes > MAX_CHUNK_BYTES:
+            raise ResourceLimitError(f"segment chunks of {chunk_bytes} bytes exceed the limit of {MAX_CHUNK_BYTES}")
+        n_chunks = r.varint(length)
+        if chunk_bytes == 0 or chunk_bytes % itemsize or n_chunks != -(-n // chunk_bytes) or n % itemsize:
+            raise CorruptStreamError("inconsistent segment chunking")
+        if n_chunks * _min_chunk(itemsize) > length - r.pos:
+            raise CorruptStreamError(f"segment record of {length} bytes is too short for its {n_chunks} chunks")
+        lens, checks = [], []
+        for _ in range(n_chunks):
+            lens.append(r.varint(length))
+            checks.append(r.u32())
+        if lens and max(lens) > _max_chunk_record(chunk_bytes, itemsize):
+            raise CorruptStreamError(f"a chunk of {max(lens)} bytes in a segment record of {chunk_bytes}-byte chunks")
+        head_crc = None
+        if flags & CRC32C:
+            head_crc = r.u32()
+            if crc32c(mv[:r.pos - 4]) != head_crc:
+                raise CorruptStreamError("checksum mismatch in the segment head: the stream is corrupted")
+        offsets = np.concatenate([[r.pos], r.pos + np.cumsum(lens, dtype=np.int64)]).tolist()
+        if offsets[-1] != length:
+            raise CorruptStreamError("segment length does not match its chunk index")
+        self.n_bytes, self.dtype, self.itemsize, self._rotate = n, _NAMES[code], itemsize, rotate
+        self.delta, self.crc32c, self.head_crc = bool(flags & DELTA), bool(flags & CRC32C), head_crc
+        self.chunk_bytes, self.offsets, self.checks = chunk_bytes, offsets, checks
+
+    def decode(self, base=None, workers: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The decoded bytes (uint8 array of ``n_bytes``, into ``out`` if given), each chunk
+        checked against its checksum (CRC-32C, or zlib's CRC-32 without flag ``CRC32C``)
+        before it is decoded; chunks are read and decoded in parallel, each into its place.
+
+        Memory: the output, and per thread one chunk record and a chunk of scratch (the
+        record is never held whole). ``out`` may be ``base`` itself: a delta is then
+        applied in place (each chunk is decoded into scratch, then XORed into ``out``).
+
+        Args:
+            base: the base's bytes, required if the record is a delta (XOR).
+            workers: threads (default: all cores).
+            out: optional destination (uint8, ``n_bytes`` long).
+
+        Raises:
+            CorruptStreamError: checksum mismatch, truncated or inconsistent chunk.
+            ResourceLimitError: the memory cannot be allocated.
+            InvalidInputError: a delta without its base, or ``out`` of another length.
+        """
+        n, offsets = self.n_bytes, self.offsets
+        if self.delta:
+            if base is None:
+                raise InvalidInputError("this segment is stored as a delta: decoding needs its base")
+            bb = _as_u8(base)
+            if bb.size != n:
+                raise CorruptStreamError(f"base has {bb.size} bytes, the delta {n}")
+        if out is None:
+            try:
+                out = np.empty(n, np.uint8)
+            except MemoryError as exc:
+                raise ResourceLimitError(f"cannot allocate a segment of {n} bytes") from exc
+        elif out.size != n:
+            raise InvalidInputError(f"out has {out.size} bytes, the segment {n}")
+        check = crc32c if self.crc32c else crc32
+
+        def one(c):
+            rec = self._read(offsets[c], offsets[c + 1] - offsets[c])
+            if check(rec) != self.checks[c]:
+                raise CorruptStreamError(f"checksum mismatch in chunk {c}: the stream is corrupted")
+            lo, hi = c * self.chunk_bytes, min(n, (c + 1) * self.chunk_bytes)
+            if self.delta:
+                chunk = _scratch(hi - lo, "delta")[:hi - lo]
+                _decode_chunk(rec, self.itemsize, self._rotate, chunk)
+                np.bitwise_xor(chunk, bb[lo:hi], out=out[lo:hi])
+            else:
+                _decode_chunk(rec, self.itemsize, self._rotate, out[lo:hi])
+
+        run_parallel(one, len(self.checks), workers)
+        return out
+
+    @classmethod
+    def from_bytes(cls, buf, max_bytes: int | None = None) -> Record:
+        """The record held in the bytes-like ``buf`` (read without copying)."""
+        mv = memoryview(buf).cast("B")
+        return cls(lambda offset, n: mv[offset:offset + n], len(mv), max_bytes)
 
 
 def head_checksum(buf) -> int | None:
     """The CRC-32C a version-3 segment record's head carries (checked against the head), or
-    ``None`` for a version-2 record (see :func:`decode` for the checks and errors)."""
-    return _parse_head(memoryview(buf).cast("B"), MAX_BYTES).head_crc
+    ``None`` for a version-2 record (see :class:`Record` for the checks and errors)."""
+    return Record.from_bytes(buf).head_crc
 
 
 def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = None,
            max_bytes: int | None = None) -> np.ndarray:
-    """Decode a segment record to its bytes (uint8 array, into ``out`` if given).
-
-    Every size in the record is checked before anything is allocated: the chunk size is at
-    most ``MAX_CHUNK_BYTES``, the chunk count must fit in the record (at least ``5 + 3 *
-    itemsize`` bytes a chunk) and match the announced length, which is at most ``max_bytes``;
-    a chunk, and each of its byte planes, decodes to exactly its share of that length. The
-    head of a record with flag ``CRC32C`` is checked against its own CRC-32C first, and each
-    chunk against its checksum (CRC-32C, or zlib's CRC-32 without the flag) before it is
-    decoded; chunks are decoded in parallel, each into its place in ``out``.
+    """Decode a segment record held in memory to its bytes (uint8 array, into ``out`` if
+    given): :class:`Record` (its checks, before anything is allocated) and
+    :meth:`Record.decode`.
 
     Args:
         buf: the record (bytes-like).
         base: the base's bytes, required if the record is a delta (XOR).
         workers: threads (default: all cores).
-        out: optional destination (uint8, ``n_bytes`` long).
+        out: optional destination (uint8, ``n_bytes`` long; may be ``base``).
         max_bytes: refuse records announcing more than this many bytes (default ``MAX_BYTES``).
 
     Raises:
@@ -403,36 +514,8 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
             ``MAX_CHUNK_BYTES``, or the memory cannot be allocated.
         InvalidInputError: a delta without its base.
     """
-    mv = memoryview(buf).cast("B")
-    h = _parse_head(mv, MAX_BYTES if max_bytes is None else max_bytes)
-    n, offsets = h.n, h.offsets
-    if h.flags & DELTA:
-        if base is None:
-            raise InvalidInputError("this segment is stored as a delta: decoding needs its base")
-        bb = _as_u8(base)
-        if bb.size != n:
-            raise CorruptStreamError(f"base has {bb.size} bytes, the delta {n}")
-    if out is None:
-        try:
-            out = np.empty(n, np.uint8)
-        except MemoryError as exc:
-            raise ResourceLimitError(f"cannot allocate a segment of {n} bytes") from exc
-    elif out.size != n:
-        raise InvalidInputError(f"out has {out.size} bytes, the segment {n}")
-    check = crc32c if h.flags & CRC32C else crc32
-
-    def one(c):
-        rec = mv[offsets[c]:offsets[c + 1]]
-        if check(rec) != h.checks[c]:
-            raise CorruptStreamError(f"checksum mismatch in chunk {c}: the stream is corrupted")
-        lo, hi = c * h.chunk_bytes, min(n, (c + 1) * h.chunk_bytes)
-        _decode_chunk(rec, h.itemsize, h.rotate, out[lo:hi])
-        if h.flags & DELTA:
-            np.bitwise_xor(out[lo:hi], bb[lo:hi], out=out[lo:hi])
-
-    run_parallel(one, len(h.checks), workers)
-    return out
+    return Record.from_bytes(buf, max_bytes).decode(base, workers, out)
 
 
-__all__ = ["CHUNK_BYTES", "CRC32C", "DELTA", "DTYPES", "MAX_BYTES", "MAX_CHUNK_BYTES", "crc32c", "decode", "encode",
-           "head_checksum", "info", "max_decoded_bytes"]
+__all__ = ["CHUNK_BYTES", "CRC32C", "DELTA", "DTYPES", "MAX_BYTES", "MAX_CHUNK_BYTES", "Record", "crc32c", "decode",
+           "encode", "encode_parts", "head_checksum", "info", "max_decoded_bytes"]

@@ -26,15 +26,17 @@ exactly one segment record, not a delta, and the size the record announces is ch
 Errors are ``strata.errors`` types (``TruncatedStreamError``, ``CorruptStreamError``,
 ``ResourceLimitError``); DCP may wrap them in its own exception.
 
-Limits: each item is buffered in memory while it is coded (DCP items are one rank's tensors
+Limits: each item is buffered in memory while it is written (DCP items are one rank's tensors
 or shards); XOR deltas between checkpoints are not applied here (DCP has no notion of a base
 checkpoint) -- use :class:`strata.checkpoint.AsyncCheckpointer` for incremental snapshots.
 """
 from __future__ import annotations
 
 import io
+import threading
 from typing import IO
 
+import numpy as np
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint._extension import ExtensionRegistry, StreamTransformExtension
 
@@ -45,11 +47,13 @@ from . import codec
 MAX_ITEM_BYTES = codec.MAX_BYTES
 
 
-def decode_item(stream: IO[bytes]) -> bytes:
-    """The decoded bytes of one DCP item stored by :class:`StrataTransform`.
+def decode_item(stream: IO[bytes]) -> np.ndarray:
+    """The decoded bytes (uint8 array) of one DCP item stored by :class:`StrataTransform`.
 
     ``stream`` is DCP's view of the item's stored bytes; its declared length (the ``length``
     of the item's storage metadata, which DCP's view carries as ``len``) must all be there.
+    The record is read from it chunk by chunk as it is decoded (:class:`codec.Record`), so
+    decoding holds the decoded item and, per thread, one chunk -- not the stored bytes too.
 
     Raises:
         TruncatedStreamError: fewer bytes than the metadata declares.
@@ -57,19 +61,65 @@ def decode_item(stream: IO[bytes]) -> bytes:
         ResourceLimitError: a decoded size beyond ``MAX_ITEM_BYTES`` or beyond what the stored
             bytes can hold.
     """
-    data = stream.read()
     declared = getattr(stream, "len", None)
-    if type(declared) is int and len(data) != declared:
-        raise TruncatedStreamError(f"DCP item truncated: its metadata declares {declared} bytes, "
-                                   f"the file holds {len(data)}")
-    head = codec.info(data)
+    if type(declared) is int:
+        lock = threading.Lock()
+
+        def read(offset: int, n: int) -> bytes:
+            with lock:  # (one stream, read from several threads)
+                stream.seek(offset)
+                data = stream.read(n)
+            if len(data) != n:
+                raise TruncatedStreamError(f"DCP item truncated: its metadata declares {declared} bytes, "
+                                           f"the file holds fewer")
+            return data
+
+        length = declared
+        read(max(0, declared - 1), min(declared, 1))  # the last declared byte is there
+    else:
+        data = memoryview(stream.read())
+        length = len(data)
+
+        def read(offset: int, n: int):
+            return data[offset:offset + n]
+
+    head = codec.info(read(0, min(length, 32)))
     if head["delta"]:
         raise CorruptStreamError("a DCP item is stored as an XOR delta, which DCP items never are")
-    cap = min(MAX_ITEM_BYTES, codec.max_decoded_bytes(len(data)))
+    cap = min(MAX_ITEM_BYTES, codec.max_decoded_bytes(length))
     if head["n_bytes"] > cap:
-        raise ResourceLimitError(f"DCP item of {len(data)} bytes declares {head['n_bytes']} decoded bytes, "
+        raise ResourceLimitError(f"DCP item of {length} bytes declares {head['n_bytes']} decoded bytes, "
                                  f"more than it can hold or the limit allows ({cap})")
-    return codec.decode(data, max_bytes=cap).tobytes()
+    return codec.Record(read, length, max_bytes=cap).decode()
+
+
+class _View(io.RawIOBase):
+    """A read-only, seekable stream over a decoded item's bytes (a view: nothing is copied)."""
+
+    def __init__(self, data: np.ndarray):
+        super().__init__()
+        self._mv = memoryview(data).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), len(self._mv) - self._pos))
+        memoryview(b).cast("B")[:n] = self._mv[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        start = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._mv)}[whence]
+        self._pos = max(0, start + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
 
 
 class StrataTransform(StreamTransformExtension):
@@ -92,7 +142,7 @@ class StrataTransform(StreamTransformExtension):
         return _Writer(output)
 
     def transform_from(self, input: IO[bytes]) -> IO[bytes]:
-        return io.BytesIO(decode_item(input))
+        return _View(decode_item(input))
 
 
 class _Writer(io.RawIOBase):

@@ -54,9 +54,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..container import KIND_CHECKPOINT, Source, atomic_write, check_crc, crc32, pack, stream_version, unpack_header
+from ..container import KIND_CHECKPOINT, atomic_path, check_crc, crc32, pack, stream_version, unpack_header
 from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import codec
+from .ranges import Positional, Ranges
 from .state import NUMPY_DTYPES, TORCH_NAMES, Tensor, TorchBytes, check_skeleton, flatten, unflatten
 
 #: Largest decoded segment strata will allocate (1 TiB); larger ones raise ``ResourceLimitError``.
@@ -107,6 +108,8 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
 
     The bytes are copied once into the segments, and each tensor's ``data`` becomes a view
     of its segment (so the snapshot no longer shares memory with the caller's tensors).
+    Tensors whose bytes lie in a file (``data`` a :class:`~strata.checkpoint.ranges.Ranges`)
+    are not copied: their segment is the ranges one after another, read when it is coded.
     ``segments``, if given, are the already decoded segments of that layout. ``alloc(n)``
     gives the uint8 buffer of a segment of ``n`` bytes (default: a new array), e.g. a
     recycled one.
@@ -131,7 +134,9 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
             seg_of[i] = (s, off)
             off += tensors[i].data.size
         keys.append((dtype, tuple((tensors[i].name, tuple(tensors[i].shape)) for i in idx)))
-        if segments is None:
+        if segments is None and all(isinstance(tensors[i].data, Ranges) for i in idx):
+            built.append(Ranges.join([tensors[i].data for i in idx]))
+        elif segments is None:
             seg = np.empty(off, np.uint8) if alloc is None else alloc(off)
             address = seg.ctypes.data
             for i in idx:
@@ -149,19 +154,32 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
 
 def encode(snap: Snapshot, base: Snapshot | None = None, base_file: str | None = None,
            workers: int | None = None) -> bytes:
-    """The checkpoint file's bytes; segments matching ``base``'s are stored as XOR deltas
-    against the file ``base_file`` (in the same folder), whose content ``base.file_crc``
-    identifies. Sets ``snap.file_crc`` and ``snap.depth``."""
+    """The checkpoint file's bytes: :func:`encode_parts` joined."""
+    return b"".join(encode_parts(snap, base, base_file, workers))
+
+
+def encode_parts(snap: Snapshot, base: Snapshot | None = None, base_file: str | None = None,
+                 workers: int | None = None) -> list[bytes]:
+    """The checkpoint file, as the parts to write one after another (the container header,
+    the safetensors header, each coded chunk: nothing is copied to join them). Segments
+    matching ``base``'s are stored as XOR deltas against the file ``base_file`` (in the same
+    folder), whose content ``base.file_crc`` identifies. Sets ``snap.file_crc`` and
+    ``snap.depth``.
+
+    Raises:
+        InvalidInputError: ``base`` was never written to a file (it has no ``file_crc``).
+    """
     base_seg = {} if base is None else {k: s for k, s in zip(base.keys, base.segments)}
     records, seg_meta = [], []
     for key, seg in zip(snap.keys, snap.segments):
         b = base_seg.get(key)
         if b is not None and b.size != seg.size:
             b = None
-        rec = codec.encode(seg, key[0], base=b, workers=workers)
-        records.append(rec)
-        seg_meta.append(dict(dtype=key[0], nbytes=int(seg.size), length=len(rec), crc=codec.head_checksum(rec),
-                             delta=b is not None))
+        read = seg.read if isinstance(seg, Ranges) else (lambda lo, hi, seg=seg: seg[lo:hi])
+        rec = codec.encode_parts(read, seg.size, key[0], base=b, workers=workers)
+        records += rec
+        seg_meta.append(dict(dtype=key[0], nbytes=int(seg.size), length=sum(map(len, rec)),
+                             crc=int.from_bytes(rec[0][-4:], "little"), delta=b is not None))
     use_base = base is not None and any(m["delta"] for m in seg_meta)
     snap.depth = base.depth + 1 if use_base else 0
     tensors = [[t.name, t.kind, t.dtype, list(t.shape), s, off, int(t.data.size)]
@@ -175,7 +193,19 @@ def encode(snap: Snapshot, base: Snapshot | None = None, base_file: str | None =
     sections = [snap.raw_header, struct.pack("<I", crc32(snap.raw_header))] if snap.raw_header else []
     head = pack(KIND_CHECKPOINT, hb, [])  # the preamble, the header and its CRC-32
     snap.file_crc = int.from_bytes(head[-4:], "little")
-    return b"".join([head, *sections, *records])
+    return [head, *sections, *records]
+
+
+def write(path, parts: list) -> None:
+    """Write ``parts`` (bytes-like) one after another to ``path``, atomically: ``path`` holds
+    its previous content or the whole new file, never a part, and nothing else is left.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        for part in parts:
+            f.write(part)
 
 
 # ---------------------------------------------------------------------- reading, validated
@@ -313,7 +343,7 @@ def _check(h, name: str, size: int, off: int) -> _Layout:
     return _Layout(spans, raw_at, record_at)
 
 
-def _read_header(src: Source, name: str, seen: tuple | None = None) -> tuple[dict, _Layout, bytes, int]:
+def _read_header(src: Positional, name: str, seen: tuple | None = None) -> tuple[dict, _Layout, bytes, int]:
     """The validated JSON header of the checkpoint stream ``src``, its layout, its raw bytes
     and the container header's CRC-32 (what identifies the file's content: it covers the
     segments' checksums); ``seen``: ``(raw header, stream size, header, layout)`` of an
@@ -367,7 +397,7 @@ def header(path) -> dict:
     """The JSON header of a checkpoint file (segments, tensors, base), validated, without
     decoding."""
     path = Path(path)
-    with Source(path) as src:
+    with Positional(path) as src:
         return _read_header(src, path.name)[0]
 
 
@@ -417,7 +447,7 @@ def read(path, workers: int | None = None) -> Snapshot:
     p, want, want_crc = path, None, None
     while True:
         try:
-            src = Source(p)
+            src = Positional(p)
         except OSError as exc:
             if want is None:
                 raise
@@ -448,7 +478,7 @@ def read(path, workers: int | None = None) -> Snapshot:
         links.append(entries(bpath))
         p, want, want_crc = bpath, h["base"]["id"], h["base"].get("crc")
     for p, want, header_seen in reversed(chain):
-        with Source(p) as src:
+        with Positional(p) as src:
             h, lay, _, crc = _read_header(src, p.name, header_seen)
             if (h["id"] != want or h["base"] is None or h["base"]["id"] != snap.id
                     or h["base"].get("crc", snap.file_crc) != snap.file_crc):
@@ -459,8 +489,12 @@ def read(path, workers: int | None = None) -> Snapshot:
     return snap
 
 
-def _decode(src: Source, h: dict, lay: _Layout, name: str, base: Snapshot | None, workers) -> Snapshot:
-    """Decode the sections of a checkpoint whose header ``h`` is validated, over ``base``."""
+def _decode(src: Positional, h: dict, lay: _Layout, name: str, base: Snapshot | None, workers) -> Snapshot:
+    """Decode the sections of a checkpoint whose header ``h`` is validated, over ``base``.
+
+    Records of version 3 on are read chunk by chunk as they are decoded (never whole); a delta
+    segment is decoded into its base's segment, in place, so a chain holds one snapshot.
+    ``base`` is consumed."""
     raw_header = b""
     st = h["safetensors"]
     if st:
@@ -476,25 +510,29 @@ def _decode(src: Source, h: dict, lay: _Layout, name: str, base: Snapshot | None
     segments = []
     for s, m in enumerate(h["segments"]):
         spans = lay.spans[s]
-        what = _names(spans, 0, m["nbytes"])
-        rec = src.read(lay.record_at[s], m["length"], f"segment of tensors {what}")
+        names = _names(spans, 0, m["nbytes"])
+        what = f"segment of tensors {names}"
         try:
-            if not v3:
-                check_crc(rec, m["crc"], f"segment of tensors {what}")
-            head = codec.info(rec)
-            if head["n_bytes"] != m["nbytes"] or head["delta"] != m["delta"] or head["crc32c"] != v3:
+            if v3:
+                at = lay.record_at[s]
+                rec = codec.Record(lambda offset, n, at=at, what=what: src.read(at + offset, n, what), m["length"])
+            else:  # version 2: the header's crc covers the whole record, read whole
+                buf = src.read(lay.record_at[s], m["length"], what)
+                check_crc(buf, m["crc"], what)
+                rec = codec.Record.from_bytes(buf)
+            if rec.n_bytes != m["nbytes"] or rec.delta != m["delta"] or rec.crc32c != v3:
                 raise CorruptStreamError("the segment record disagrees with the header")
-            if v3 and codec.head_checksum(rec) != m["crc"]:
+            if v3 and rec.head_crc != m["crc"]:
                 raise CorruptStreamError("checksum mismatch between the header and the segment record's head")
             b = None
             if m["delta"]:
                 key = (m["dtype"], tuple((n, shape) for _, _, n, shape in spans))
-                b = base_seg.get(key)
+                b = base_seg.pop(key, None)
                 if b is None or b.size != m["nbytes"]:
-                    raise FormatError(f"{name}: the base has no segment for tensors {what}")
-            segments.append(codec.decode(rec, base=b, workers=workers, max_bytes=m["nbytes"]))
+                    raise FormatError(f"{name}: the base has no {what}")
+            segments.append(rec.decode(base=b, workers=workers, out=b))
         except CorruptStreamError as exc:
-            raise type(exc)(f"{name}: {exc} (tensors {what})") from exc
+            raise type(exc)(f"{name}: {exc} (tensors {names})") from exc
     tensors = [Tensor(t[0], t[1], t[2], tuple(t[3]), segments[t[4]][t[5]:t[5] + t[6]]) for t in h["tensors"]]
     snap = group(h["skeleton"], tensors, h["source"], segments)
     snap.id = h["id"]
@@ -537,7 +575,7 @@ def save(state_dict, path, base=None, workers: int | None = None) -> None:
     path = Path(path)
     snap = group(*flatten(state_dict, lazy=True))
     base_snap, base_file = _read_base(base, path, workers)
-    atomic_write(path, encode(snap, base_snap, base_file, workers))
+    write(path, encode_parts(snap, base_snap, base_file, workers))
 
 
 def _read_base(base, path: Path, workers) -> tuple[Snapshot | None, str | None]:
@@ -583,22 +621,29 @@ def load(path, device: str = "cpu", workers: int | None = None):
 
 
 def safetensors_snapshot(data) -> Snapshot:
-    """Parse a safetensors file's bytes into a snapshot that rebuilds them byte for byte.
+    """Parse a safetensors file into a snapshot that rebuilds it byte for byte. Only its
+    header is read here: the tensors' bytes stay where they are (:class:`Ranges`) and are
+    read chunk by chunk when the snapshot is coded.
+
+    Args:
+        data: the file's bytes (bytes-like), or a :class:`~strata.checkpoint.ranges.Positional`
+            open on it (which must stay open until the snapshot is coded).
 
     Raises:
         FormatError: not a safetensors file.
     """
-    mv = memoryview(data).cast("B")
-    if len(mv) < 8:
+    src = data if isinstance(data, Positional) else Positional(data)
+    if src.size < 8:
         raise FormatError("not a safetensors file (too short)")
-    (n,) = struct.unpack_from("<Q", mv, 0)
-    if n > len(mv) - 8 or n > MAX_SAFETENSORS_HEADER - 8:
+    (n,) = struct.unpack("<Q", bytes(src.read(0, 8, "safetensors header length")))
+    if n > src.size - 8 or n > MAX_SAFETENSORS_HEADER - 8:
         raise FormatError("not a safetensors file (bad header length)")
+    start = 8 + n
+    raw_header = bytes(src.read(0, start, "safetensors header"))
     try:
-        meta = json.loads(bytes(mv[8:8 + n]))
+        meta = json.loads(raw_header[8:])
     except (ValueError, RecursionError) as exc:
         raise FormatError("not a safetensors file (header is not JSON)") from exc
-    start = 8 + n
     try:
         entries = sorted(((v["data_offsets"][0], v["data_offsets"][1], k, v["dtype"], v["shape"])
                           for k, v in meta.items() if k != "__metadata__"), key=lambda e: e[0])
@@ -609,10 +654,10 @@ def safetensors_snapshot(data) -> Snapshot:
     except (AttributeError, KeyError, IndexError, TypeError) as exc:
         raise FormatError("not a safetensors file (malformed tensor entries)") from exc
     tensors, pos = [], 0
-    total = len(mv) - start
+    total = src.size - start
 
     def gap(a, b):  # bytes between tensors (padding), kept as they are
-        return Tensor(f"__gap_{a}", "raw", "U8", (b - a,), np.frombuffer(mv, np.uint8, b - a, start + a))
+        return Tensor(f"__gap_{a}", "raw", "U8", (b - a,), Ranges(src, [(start + a, b - a)]))
 
     for a, b, name, dtype, shape in entries:
         if a < pos or b < a or b > total:
@@ -620,33 +665,54 @@ def safetensors_snapshot(data) -> Snapshot:
         if a > pos:
             tensors.append(gap(pos, a))
         tensors.append(Tensor(name, "raw", dtype if dtype in codec.DTYPES else "U8", tuple(shape),
-                              np.frombuffer(mv, np.uint8, b - a, start + a)))
+                              Ranges(src, [(start + a, b - a)])))
         pos = b
     if pos < total:
         tensors.append(gap(pos, total))
     snap = group(None, tensors, "safetensors")
     snap.safetensors = dict(header_length=start)
-    snap.raw_header = bytes(mv[:start])
+    snap.raw_header = raw_header
     return snap
 
 
 def compress_safetensors(src, dst, base=None, workers: int | None = None) -> None:
     """Compress a ``.safetensors`` file to a strata checkpoint (optionally a delta against
     ``base``, an earlier strata checkpoint of the same model in the same folder; as in
-    :func:`save`, a ``dst`` that is ``base`` gets a full snapshot)."""
-    data = Path(src).read_bytes()
-    snap = safetensors_snapshot(data)
-    base_snap, base_file = _read_base(base, Path(dst), workers)
-    atomic_write(dst, encode(snap, base_snap, base_file, workers))
+    :func:`save`, a ``dst`` that is ``base`` gets a full snapshot).
+
+    Memory: the coded file (its chunks, kept until it is written) and, with a base, the
+    decoded base; the tensors are read from ``src`` one chunk per thread at a time, never
+    whole (peak resident memory 0.6 to 1.2 times the file size, ``benchmarks/checkpoint_memory.py``).
+
+    Raises:
+        FormatError: ``src`` is not a safetensors file, or ``base`` not a readable checkpoint.
+        InvalidInputError: as :func:`save` (a base elsewhere, a ``dst`` deeper in its chain).
+        OSError: ``src`` cannot be read or ``dst`` written (nothing is left behind).
+    """
+    with Positional(src) as file:
+        snap = safetensors_snapshot(file)
+        base_snap, base_file = _read_base(base, Path(dst), workers)
+        parts = encode_parts(snap, base_snap, base_file, workers)
+    del base_snap
+    write(dst, parts)
 
 
 def decompress_safetensors(src, dst, workers: int | None = None) -> None:
-    """Rebuild the original ``.safetensors`` file, byte for byte (written atomically)."""
-    atomic_write(dst, safetensors_bytes(read(src, workers)))
+    """Rebuild the original ``.safetensors`` file, byte for byte (written atomically).
+
+    Memory: the decoded snapshot, written tensor by tensor without a copy (peak resident
+    memory about 1.0 times the file size).
+
+    Raises:
+        FormatError and subclasses: as :func:`read`; the checkpoint holds a state dict.
+        OSError: ``dst`` cannot be written (nothing is left behind).
+    """
+    write(dst, safetensors_parts(read(src, workers)))
 
 
-def safetensors_bytes(snap: Snapshot) -> bytes:
-    """The original safetensors file of a ``"safetensors"`` snapshot.
+def safetensors_parts(snap: Snapshot) -> list:
+    """The original safetensors file of a ``"safetensors"`` snapshot, as the parts to write
+    one after another: its header, then every tensor's bytes (views, not copies) in file order.
 
     Raises:
         FormatError: the snapshot holds a state dict.
@@ -684,4 +750,4 @@ def safetensors_bytes(snap: Snapshot) -> bytes:
         if a != pos:
             raise CorruptStreamError(f"tensor {_short(t.name)} at byte {a} of the safetensors data, expected {pos}")
         pos += t.data.size
-    return b"".join([raw] + [t.data.tobytes() for _, t in placed])
+    return [raw] + [t.data for _, t in placed]

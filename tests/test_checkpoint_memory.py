@@ -1,0 +1,98 @@
+"""Memory of checkpoint reading and writing, bounded before the work: a record is read chunk
+by chunk as it is decoded (never copied whole), a safetensors file is coded from the file one
+chunk at a time and rebuilt from views of the decoded segments (no joined copy).
+
+Measured with tracemalloc (NumPy's buffers and Python's bytes are both traced), in this
+process, after a warm-up run that leaves each thread's scratch buffers in place; the peak
+resident memory of the same operations in a fresh process is in
+``benchmarks/checkpoint_memory.py``. Arrays of a few MiB, one worker thread."""
+from __future__ import annotations
+
+import json
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from strata import checkpoint as ck
+from strata.checkpoint import codec
+
+MIB = 1 << 20
+
+
+def peak(fn) -> int:
+    """Most bytes traced at once while ``fn()`` runs (after one untraced warm-up run)."""
+    fn()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def safetensors_file(path, rng) -> int:
+    """A safetensors file of about 8 MiB (fp32, bf16 as uint16, int64), with padding between
+    tensors; its size."""
+    tensors = {"w": ("F32", rng.standard_normal(1 << 20).astype("<f4").tobytes()),
+               "h": ("BF16", (rng.standard_normal(1 << 20).astype("<f4").view("<u4") >> 16).astype("<u2").tobytes()),
+               "i": ("I64", np.arange(1 << 17, dtype="<i8").tobytes())}
+    meta, pos = {}, 0
+    for name, (dtype, data) in tensors.items():
+        itemsize = {"F32": 4, "BF16": 2, "I64": 8}[dtype]
+        meta[name] = {"dtype": dtype, "shape": [len(data) // itemsize], "data_offsets": [pos, pos + len(data)]}
+        pos += len(data) + 24  # 24 bytes of padding after each
+    head = json.dumps(meta).encode()
+    blob = bytearray(struct.pack("<Q", len(head)) + head)
+    for _, data in tensors.values():
+        blob += data + b"\x00" * 24
+    path.write_bytes(blob)
+    return len(blob)
+
+
+def test_safetensors_round_trip_holds_about_the_file_once(tmp_path):
+    """compress_safetensors held the file, its segments, the records and their join (3.5x the
+    file); decompress_safetensors the segments, each tensor's copy and their join (3x)."""
+    src, dst, out = tmp_path / "m.safetensors", tmp_path / "m.strata", tmp_path / "back.safetensors"
+    size = safetensors_file(src, np.random.default_rng(0))
+    compressing = peak(lambda: ck.compress_safetensors(src, dst, workers=1))
+    decompressing = peak(lambda: ck.decompress_safetensors(dst, out, workers=1))
+    assert out.read_bytes() == src.read_bytes()
+    assert compressing < 1.2 * size and decompressing < 1.2 * size, (compressing / size, decompressing / size)
+
+
+def test_loading_does_not_copy_the_records(tmp_path):
+    """A segment's record was read whole before it was decoded: incompressible bytes cost
+    twice their size; now each chunk is read as it is decoded."""
+    data = np.random.default_rng(1).integers(0, 256, 6 * MIB, dtype=np.uint8)
+    ck.save({"x": data}, tmp_path / "x.strata")
+    holding = peak(lambda: ck.load(tmp_path / "x.strata", workers=1))
+    assert holding < data.nbytes + 2 * MIB, holding / data.nbytes
+
+
+def test_dcp_item_decodes_without_holding_its_stored_bytes(monkeypatch):
+    """A DCP item was read whole, decoded, then copied to bytes (stored + 2 x decoded); now
+    its chunks are read as they are decoded and the decoded array is read through a view."""
+    pytest.importorskip("torch")
+    from strata.checkpoint import dcp
+
+    monkeypatch.setattr(codec, "threads", lambda: 1)  # (DCP decodes on every core: one here)
+    payload = np.random.default_rng(2).standard_normal(2 * MIB).astype(np.float32).tobytes()
+    item = codec.encode(payload, "F32")
+
+    class View:  # DCP's view of the item's bytes in its file: ``len``, seek, read
+        def __init__(self, data):
+            self.len, self._data, self._pos = len(data), data, 0
+
+        def seek(self, offset):
+            self._pos = offset
+
+        def read(self, n=-1):
+            end = self.len if n < 0 else min(self.len, self._pos + n)
+            out, self._pos = self._data[self._pos:end], end
+            return out
+
+    holding = peak(lambda: dcp.StrataTransform().transform_from(View(item)).read(16))
+    assert dcp.StrataTransform().transform_from(View(item)).read() == payload
+    assert holding < len(payload) + 3 * MIB, holding / len(payload)

@@ -148,3 +148,37 @@ def test_async_checkpointer_base_replaced_underneath(tmp_path):
     assert holds(tmp_path / "s0.strata", 7) and holds(tmp_path / "s1.strata", 1) and holds(tmp_path / "s2.strata", 2)
     assert io.header(tmp_path / "s1.strata")["base"] is None
     assert io.header(tmp_path / "s2.strata")["base"]["file"] == "s1.strata"
+
+
+def test_safetensors_output_never_replaces_its_input_or_a_base(tmp_path):
+    """Rebuilding the safetensors file over the checkpoint (or over the base it needs) replaced
+    it with the safetensors bytes, leaving the deltas on it unreadable; compressing over the
+    safetensors input replaced the input."""
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    for i in range(2):
+        save_file(state(i), tmp_path / f"m{i}.safetensors")
+    a, b = tmp_path / "a.strata", tmp_path / "b.strata"
+    ck.compress_safetensors(tmp_path / "m0.safetensors", a)
+    ck.compress_safetensors(tmp_path / "m1.safetensors", b, base=a)
+    for src, dst in [(b, b), (b, a), (a, a)]:
+        with pytest.raises(InvalidInputError, match="write elsewhere"):
+            ck.decompress_safetensors(src, dst)
+    with pytest.raises(InvalidInputError, match="write elsewhere"):
+        ck.compress_safetensors(tmp_path / "m1.safetensors", tmp_path / "m1.safetensors")
+    ck.decompress_safetensors(b, tmp_path / "back.safetensors")
+    assert (tmp_path / "back.safetensors").read_bytes() == (tmp_path / "m1.safetensors").read_bytes()
+    assert io.header(a)["safetensors"] and io.header(b)["base"]["file"] == "a.strata"
+
+
+def test_writing_into_a_missing_folder_is_an_os_error_and_leaves_nothing(tmp_path):
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    save_file(state(0), tmp_path / "m.safetensors")
+    with pytest.raises(FileNotFoundError):
+        ck.compress_safetensors(tmp_path / "m.safetensors", tmp_path / "missing" / "m.strata")
+    with pytest.raises(FileNotFoundError):
+        ck.save(state(0), tmp_path / "missing" / "s.strata")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]

@@ -686,9 +686,12 @@ def compress_safetensors(src, dst, base=None, workers: int | None = None) -> Non
 
     Raises:
         FormatError: ``src`` is not a safetensors file, or ``base`` not a readable checkpoint.
-        InvalidInputError: as :func:`save` (a base elsewhere, a ``dst`` deeper in its chain).
+        InvalidInputError: ``dst`` would replace ``src``; as :func:`save` (a base elsewhere, a
+            ``dst`` deeper in its chain).
         OSError: ``src`` cannot be read or ``dst`` written (nothing is left behind).
     """
+    if entry(dst) in entries(src):
+        raise InvalidInputError(f"{Path(dst).name} is the safetensors file being compressed: write elsewhere")
     with Positional(src) as file:
         snap = safetensors_snapshot(file)
         base_snap, base_file = _read_base(base, Path(dst), workers)
@@ -705,9 +708,16 @@ def decompress_safetensors(src, dst, workers: int | None = None) -> None:
 
     Raises:
         FormatError and subclasses: as :func:`read`; the checkpoint holds a state dict.
+        InvalidInputError: ``dst`` would replace ``src`` or a file of its chain of bases.
         OSError: ``dst`` cannot be written (nothing is left behind).
     """
-    write(dst, safetensors_parts(read(src, workers)))
+    dest = entry(dst)
+    if dest in entries(src):
+        raise InvalidInputError(f"{Path(dst).name} is the checkpoint being decompressed: write elsewhere")
+    snap = read(src, workers)
+    if any(dest in links for links in snap.chain):
+        raise InvalidInputError(f"{Path(dst).name} is a base that {Path(src).name} needs: write elsewhere")
+    write(dst, safetensors_parts(snap))
 
 
 def safetensors_parts(snap: Snapshot) -> list:

@@ -6,7 +6,10 @@ training loop may change its parameters right away; a background thread then cod
 (as the XOR against the previous snapshot, except every ``full_every``-th save, which bounds
 the chain a restore follows, and any save whose chain would exceed ``io.MAX_CHAIN`` deltas)
 and writes it atomically, in the order of the saves. Up to ``max_pending`` snapshots wait in
-memory. An error in the background is raised by the next ``save`` or by :meth:`wait`.
+memory. An error in the background is raised by the next ``save`` or by :meth:`wait`. A
+program that ends without :meth:`wait` or :meth:`close` still writes every pending save before
+it exits (an ``atexit`` handler waits for them; an error there is printed): the writer is a
+daemon thread, which the interpreter would otherwise stop with the saves still queued.
 
 Names may be reused: saving again to a rolling name (``latest.strata``) or to names taken in
 turn is safe. A save to a file this checkpointer has written before is a full snapshot (a
@@ -24,6 +27,7 @@ pinned, preallocated host buffers of DataStates-LLM -- instead of first-touch pa
 """
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
@@ -90,6 +94,7 @@ class AsyncCheckpointer:
         self._free_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name="strata-checkpoint")
         self._thread.start()
+        atexit.register(self.wait)  # (the daemon writer would be stopped with saves still queued)
 
     def save(self, state_dict, path) -> None:
         """Copy ``state_dict`` to host memory, then compress and write it to ``path`` in the
@@ -201,6 +206,7 @@ class AsyncCheckpointer:
     def close(self) -> None:
         """Finish the pending saves and stop the writer thread."""
         self.wait()
+        atexit.unregister(self.wait)
         self._queue.put(None)
         self._thread.join()
 

@@ -142,3 +142,65 @@ def test_checksum_field_layout(blob):
     (hlen,) = struct.unpack_from("<I", blob, 6)
     (crc,) = struct.unpack_from("<I", blob, 10 + hlen)
     assert zlib.crc32(blob[:10 + hlen]) & 0xFFFFFFFF == crc
+
+
+# ---------------------------------------------------------------------------- issue 35: errors that leaked
+@pytest.mark.parametrize("region", [(slice(0, 4, 0),), (slice(0.0, 4),), (slice(0, 4.5),), (slice(0, 4, 2.0),),
+                                    (slice(0, 4, 2**63),), (True,), (0, np.bool_(False)), (slice("a"),)])
+def test_bad_regions_raise_invalid_input(blob, region):
+    """A zero step, float bounds or steps raised numpy's ValueError/TypeError; a step of 2**63
+    a TypeError from numpy's arange (it is a valid slice: it selects the first index, as numpy
+    does, and so does strata now); a bool was read as the index 1."""
+    r = strata.open(blob)
+    if region == (slice(0, 4, 2**63),):
+        full = r.read()
+        assert np.array_equal(r.read(region=region), full[region])
+        assert np.array_equal(r.read_mask(region=region), np.zeros(full[region].shape, bool))
+        return
+    for call in (lambda: r.read(region=region), lambda: r.read_mask(region=region)):
+        with pytest.raises(InvalidInputError):
+            call()
+
+
+@pytest.mark.parametrize("limit", ["1e9", -1, 1.5, float("nan"), float("inf"), True, [10**9]])
+def test_bad_max_output_bytes_raise_invalid_input(blob, limit):
+    """A string raised ValueError from int(); a negative limit was a ResourceLimitError, a
+    fractional one was rounded down. An integral float (300e6) is a number of bytes."""
+    r = strata.open(blob)
+    for call in (lambda: r.read(max_output_bytes=limit), lambda: r.read_mask(max_output_bytes=limit)):
+        with pytest.raises(InvalidInputError, match="max_output_bytes"):
+            call()
+    assert r.read(max_output_bytes=300e6).shape == (20, 40, 50)
+
+
+def test_an_empty_axis_beside_huge_ones_is_refused(blob):
+    """``(0, 2**40, 2**40, 2**40)`` holds no value, yet numpy cannot make an array of that shape
+    (``ValueError: array is too big``): the header's non-empty axes count against
+    MAX_ELEMENTS. An empty array of a shape numpy makes still decodes."""
+    def huge(h):
+        h.shape, h.levels = (0, 1 << 40, 1 << 40, 1 << 40), []
+
+    with pytest.raises(ResourceLimitError):
+        strata.decompress(repack_header(blob, huge))
+
+    def empty(h):
+        h.shape, h.levels = (0, 1 << 20, 3), []
+
+    assert strata.decompress(repack_header(blob, empty)).shape == (0, 1 << 20, 3)
+
+
+@pytest.mark.parametrize("token", [b"1e400", b"-1e400", b"NaN", b"Infinity", b"-Infinity"])
+def test_metadata_numbers_past_float64_are_refused(token):
+    """``{"x": 1e400}`` parsed to inf under "strict JSON"; a number token past float64's range
+    is now a CorruptStreamError, as NaN and Infinity were. Writing a non-finite number is an
+    InvalidInputError."""
+    from strata.container import crc32
+    from strata.lossy import metadata
+
+    text = b'{"x": [1, ' + token + b"]}"
+    with pytest.raises(CorruptStreamError, match="JSON"):
+        metadata.parse(text + struct.pack("<I", crc32(text)))
+    for value in (float("inf"), float("nan"), np.float64(-np.inf)):
+        with pytest.raises(InvalidInputError):
+            metadata.section({"x": [1, value]})
+    assert metadata.parse(metadata.section({"x": 1e308, "y": 10**400})) == {"x": 1e308, "y": 10**400}

@@ -959,3 +959,65 @@ def test_a_field_set_decodes_each_field_plainly_once(cache, monkeypatch):
     calls.clear()
     decompress_fields(blob, region=(slice(1, 3), slice(5, 9)))
     assert len(calls) <= 3, f"{len(calls)} plain decodes of a region of 3 fields"
+
+
+def _whole_slice_inference(e, blocks, eb, fallback=None):
+    """The enhancement as it ran before tiles (the reference): the network on every whole slice
+    of the stacked inputs, then the regulation of the whole block."""
+    from strata.enhance import apply, regulate
+
+    values, miss = blocks[0]
+    fields = apply.stack_inputs(blocks, [f.center for f in e.inputs])
+    weights = tuple(network.unpack(np.ascontiguousarray(e.params, np.float32), e.channels, e.width))
+    r = np.empty(fields.shape[1:], np.float32)
+    network._predict_slices(fields, e.spec(), weights, r, 0, fields.shape[1])
+    out = regulate.corrected(values, r, eb, ~miss & np.isfinite(values))
+    if fallback is not None:
+        np.copyto(out, values, where=fallback)
+    return out
+
+
+def test_tiles_give_the_values_of_whole_slices(cache):
+    """The network runs in tiles with its receptive field's halo (bounded working memory): the
+    values are those of whole slices, bit for bit, for any tile edge and number of threads; a
+    trained 1x network (fallback points) and a random one on slices larger than a tile."""
+    from strata.enhance import apply
+
+    rng = np.random.default_rng(40)
+    a = waves((3, 97, 110), seed=41)
+    a[1, 10:20, 30:35] = np.nan
+    e = Enhancement(2, True, 30.0, 31.0, 10 ** 6, 8, [strata.enhance.section.InputField("", float(a[0, 0, 0]), 0.3,
+                                                                                         2.0, 15)])
+    e.set_params(rng.standard_normal(network.weight_count(e.channels, e.width)).astype(np.float32) * 0.4)
+    random_net = lossy_codec.with_enhancement(strata.compress(a, rel_error=REL), e.to_bytes())
+    for blob in (random_net, enhanced_3d(cache, "1x")):
+        r = strata.open(blob)
+        x, m = r.read_block((0, 0, 0), r._part.shape)
+        fb = r.enhancement.fallback(r._part.shape)
+        want = _whole_slice_inference(r.enhancement, [(x, m)], r.error_bound, fb)
+        for edge in (1, 7, 32, 10 ** 6):
+            for threads in (1, 2):
+                before = numba.get_num_threads()
+                numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+                try:
+                    got = apply.enhance_block(r.enhancement, [(x, m)], r.error_bound, fb, edge)
+                finally:
+                    numba.set_num_threads(before)
+                assert same_bits(got, want), (edge, threads)
+        assert same_bits(r.read().reshape(r._part.shape), want)
+
+
+def test_an_enhanced_read_holds_what_it_accounts_for():
+    """The network's working memory was not counted against max_output_bytes: a 512^2 field with
+    a network of width 16 read under a 24 MB limit (about 14 MB counted: the plain read and 40
+    bytes a value) held about 60 MB, four float32 feature maps of 16 channels over the whole
+    slice. The network now runs in tiles sized to the limit's share per thread, counted."""
+    from tests import crafted, rss
+
+    blob = crafted.enhanced_zero_stream((512, 512), 16)
+    r = strata.open(blob)
+    limit = 24_000_000
+    strata.open(crafted.enhanced_zero_stream((64, 64), 16)).read()  # (warm)
+    added, out = rss.peak_added(lambda: r.read(max_output_bytes=limit))
+    assert out.shape == (512, 512) and added <= limit, added
+    assert same_bits(out, r.read(max_output_bytes=0))  # (tiles of TILE_BYTES: the same values)

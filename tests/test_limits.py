@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 import strata
-from strata.errors import ResourceLimitError
+from strata.errors import CorruptStreamError, ResourceLimitError
 from strata.lossy import reader as lossy_reader
 from strata.lossy import selection
 from strata.lossy.header import LevelEntry
 
+from . import crafted, rss
 from .conftest import repack_header
 
 
@@ -87,3 +88,39 @@ def test_region_windows_stay_small():
     full = r.read()
     region = (slice(40, 48), slice(40, 48), slice(40, 48))
     assert np.array_equal(r.read(region=region), full[region])
+
+
+# ---------------------------------------------------------------------------- issue 35: memory bounded before work
+@pytest.mark.parametrize("fault", crafted.FAULTS)
+def test_a_fault_met_last_fails_before_the_output_is_allocated(fault):
+    """A stream of a few hundred bytes declaring 1 GiB of float32 whose last chunk (its bytes,
+    or its lengths with the CRC recomputed) or exact-value section (its CRC, a position outside
+    the array) is damaged raised CorruptStreamError only after decoding up to it: +1.5 to 2.0 GiB
+    of resident memory, a 4x4x4 region read of it as much (one chunk a level). Every byte a read
+    decodes is now checked before its output is allocated."""
+    blob = crafted.zero_stream((1024, 1024, 256), fault)
+    assert len(blob) < 300
+    r = strata.open(blob)
+    for region in (None, (slice(0, 4),) * 3):
+        added = rss.peak_added_raising(lambda region=region: r.read(region=region), CorruptStreamError)
+        assert added < 64 << 20, (fault, region, added)
+    good = strata.decompress(crafted.zero_stream((16, 16, 16)))  # (the same stream without its fault)
+    assert good.reshape(-1)[5] == np.inf and np.count_nonzero(good) == 1
+
+
+def test_a_read_holds_about_what_it_accounts_for(tmp_path):
+    """A lossless stream of noise read from a file held its compressed chunks (as many bytes as
+    the output) and a file buffer beside the output and the codes: 1.6 times what it counted
+    against max_output_bytes (the output and codes alone). The accounting now counts what a
+    read reads before decoding; the peak stays within 1.25 times it."""
+    a = np.random.default_rng(2).standard_normal((64, 128, 256)).astype(np.float32)
+    path = tmp_path / "noise.strata"
+    path.write_bytes(strata.compress(a, abs_error=0))
+    r = strata.open(path)
+    need = _need(r, 1)
+    assert np.array_equal(r.read(max_output_bytes=need), a)  # (warm, and at the limit)
+    added, out = rss.peak_added(lambda: r.read())
+    assert added <= 1.25 * need, (added / a.nbytes, need / a.nbytes)
+    del out
+    with pytest.raises(ResourceLimitError):
+        r.read(max_output_bytes=need - 1)

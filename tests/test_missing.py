@@ -314,3 +314,46 @@ def test_level_grids_and_fortran_order_with_a_mask():
         assert g.shape == lv.shape
         assert np.array_equal(np.ma.getmaskarray(g), miss[sl])
         _check(a[sl], g.data, miss[sl], lv.error_bound)
+
+
+def test_a_missing_count_that_disagrees_with_the_mask_is_refused():
+    """Issue 35: a header whose missing_count is off by one from its mask was accepted, and
+    ``strata info`` reported the header's number. Whole reads, the whole mask and the reader's
+    attribute now check it (a region read decodes part of the mask and cannot)."""
+    a = _smooth((12, 30, 40), 20)
+    miss = _blobs(a.shape, 21, 0.3)
+    a[miss] = np.nan
+    blob = strata.compress(a, abs_error=0.01)
+    assert strata.open(blob).missing_count == miss.sum()
+    for delta in (1, -1):
+        def off(h, delta=delta):
+            h.missing_count += delta
+
+        bad = repack_header(blob, off)
+        for call in (lambda r: r.read(), lambda r: r.read_mask(), lambda r: r.missing_count,
+                     lambda r: r.read(level=len(r.levels) - 2), lambda r: r.read(enhance=False, masked=True)):
+            with pytest.raises(CorruptStreamError, match="missing"):
+                call(strata.open(bad))
+        region = (slice(2, 5), slice(3, 9), slice(4, 20))  # (what it decodes is right)
+        assert np.array_equal(strata.open(bad).read_mask(region=region), miss[region])
+
+
+def test_exact_values_where_the_contract_puts_none_are_refused():
+    """An exact value (kept bit for bit apart from the coded values) is +-Inf at a valid point
+    or a missing point's other bit pattern: a finite one at a valid point, or one with the fill
+    pattern at a missing point, is a damaged exact-value section (its CRC recomputed)."""
+    from tests import fuzzing as fz
+
+    a = _smooth((6, 20, 30), 22)
+    a[0, 0, 3] = np.inf
+    a[2, 5, 7:9] = np.nan  # (the fill pattern)
+    a.view(np.uint32)[3, 3, 3] = 0x7FC00001  # a NaN of another payload: an exact value
+    blob = strata.compress(a, abs_error=0.01)
+    y = strata.decompress(blob)
+    assert np.isinf(y[0, 0, 3]) and y.view(np.uint32)[3, 3, 3] == 0x7FC00001
+    inf, fill = np.float32(np.inf), np.float32(np.nan)
+    for values in ([np.float32(1.5), a[3, 3, 3]], [fill, a[3, 3, 3]], [inf, fill]):
+        root = fz.parse_lossy(blob)
+        fz._find(root, "exact: values")[0].value = np.array(values, np.float32).tobytes()
+        with pytest.raises(CorruptStreamError, match="exact value"):
+            strata.decompress(fz.serialize(root))

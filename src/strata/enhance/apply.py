@@ -53,7 +53,7 @@ def tile_edge(e: Enhancement, budget: int = TILE_BYTES) -> int:
     the halo) stays within ``budget`` bytes (a thread's share of a read's limit, at most
     :data:`TILE_BYTES`), at least :data:`MIN_TILE_EDGE` (where a tile is mostly halo)."""
     per = _halo_bytes_per_point(e) + REGULATION_BYTES_PER_POINT
-    return max(MIN_TILE_EDGE, math.isqrt(min(budget, TILE_BYTES) // per) - 2 * network.HALO)
+    return max(MIN_TILE_EDGE, math.isqrt(min(budget, TILE_BYTES) // per) - 2 * network.HALO - 2)
 
 
 def _tiles(shape, edge: int) -> list[tuple[int, int, int]]:

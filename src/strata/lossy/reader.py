@@ -380,7 +380,7 @@ class LossyReader:
         sizes = [wins[lv].size for lv in sorted(wins)]
         arrays = max(a + b for a, b in zip(sizes, sizes[1:] + [0])) + geometry
         self._check_limit(arrays, limit)  # (before reading any mask index)
-        self._check_limit(arrays + self._held_bytes(plan, 0, codes=False, with_exact=False), limit)
+        self._check_limit(self._need(arrays, plan, 0, codes=False, with_exact=False), limit)
         data = self._load(plan, 0, codes=False, with_exact=False)
         prev = None
         for lv in sorted(wins):
@@ -474,28 +474,30 @@ class LossyReader:
             n += sum(part.chunk_count(lv) for lv in mask_levels)
         return 64 * n
 
-    def _held_bytes(self, plan, level: int, codes: bool = True, with_exact: bool = True) -> int:
-        """Bytes a read of ``plan`` holds besides its arrays and chunk tables: the compressed
-        chunks it decodes (codes of levels ``0..level`` if ``codes``, the mask), read before it
-        decodes (:meth:`_load`), the largest run of them once more for a stream not held in
-        memory (a file's bytes on their way in), the chunk decoders' scratch (a grid of a
-        chunk's box per worker), and the exact values (the section and its positions) if
-        ``with_exact``. Reads the mask indexes."""
+    def _need(self, arrays: int, plan, level: int, codes: bool = True, with_exact: bool = True) -> int:
+        """Bytes a read of ``plan`` holds at its peak: its ``arrays`` (values, codes, mask,
+        chunk tables) and what it reads before it allocates them -- the compressed chunks it
+        decodes (codes of levels ``0..level`` if ``codes``, the mask; :meth:`_load`), the
+        chunk decoders' scratch (a grid of a chunk's box per worker), the exact values (the
+        section and its positions) if ``with_exact`` -- or, while it reads them from a stream
+        not held in memory, the largest run of chunks once more (a file's bytes on their way
+        in) instead of the arrays. Reads the mask indexes."""
         _, level_chunks, mask_chunks = plan
-        total = run = 0
+        held = run = 0
         for lv, ids in mask_chunks.items():
             offsets, _ = self._mask_tables(lv)
             n = int((offsets[ids + 1] - offsets[ids]).sum())
-            total += n + mask.PAD + _scratch(level_geometry(self._part, lv)[4][ids], 2, 0)
+            held += n + mask.PAD + _scratch(level_geometry(self._part, lv)[4][ids], 2, 0)
             run = max(run, n)
         for lv, ids in level_chunks.items() if codes else ():
             t = self._level_tables(lv)
             n = int((t.offsets[ids + 1] - t.offsets[ids]).sum())
             lanes = 25 if t.coder == chunks.CODER_LANES else 0
-            total += n + _PAD + _scratch(level_geometry(self._part, lv, t.tile)[4][ids], 1, lanes)
+            held += n + _PAD + _scratch(level_geometry(self._part, lv, t.tile)[4][ids], 1, lanes)
             run = max(run, n)
         # (the section, its positions as int64 twice over, a window's share of them: 10 bytes a byte)
-        return total + (0 if self._in_memory else run) + (10 * self.header.exact_len if with_exact else 0)
+        held += 10 * self.header.exact_len if with_exact else 0
+        return held + max(arrays, 0 if self._in_memory else run)
 
     @staticmethod
     def _check_limit(n_bytes: int, limit: int) -> None:
@@ -512,7 +514,7 @@ class LossyReader:
         arrays += self._geometry_bytes(range(level + 1), range(part.num_levels))
         self._check_limit(arrays, limit)  # (before the plan builds any chunk table)
         plan = self._plan(level, None, True)
-        self._check_limit(arrays + self._held_bytes(plan, level), limit)
+        self._check_limit(self._need(arrays, plan, level), limit)
         data = self._load(plan, level)
         miss = missing.NO_MISSING
         if h.missing_count:
@@ -566,7 +568,7 @@ class LossyReader:
         sizes = [wins[lv].size * self._bytes_per_point(lv <= level) for lv in sorted(wins)]
         arrays = max(a + b for a, b in zip(sizes, sizes[1:] + [0])) + geometry
         self._check_limit(arrays, limit)  # (before reading any chunk)
-        self._check_limit(arrays + self._held_bytes(plan, level), limit)
+        self._check_limit(self._need(arrays, plan, level), limit)
         data = self._load(plan, level)
         win, (x, miss) = self._decode_windows(level, plan, wins, data, report)
         if self.header.missing_count and full_resolution and box == Box.whole(part.shape):

@@ -663,3 +663,13 @@ def test_shapes_a_reader_refuses_are_not_written(tmp_path):
     with pytest.raises(InvalidInputError, match="shape"):
         ck.save({"e": np.empty((0, 2**41), np.float32)}, tmp_path / "e.strata")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_header_a_reader_refuses_is_not_written(tmp_path):
+    """Plain values are stored in the JSON header, which a reader takes up to 16 MiB
+    (container.MAX_HEADER): a state dict with more was saved, then refused by load."""
+    path = tmp_path / "h.strata"
+    ck.save({"w": np.ones(3)}, path)
+    with pytest.raises(InvalidInputError, match="header"):
+        ck.save({"w": np.ones(3), "notes": "x" * (16 << 20)}, path)
+    assert ck.load(path)["w"].tolist() == [1, 1, 1]  # the previous checkpoint is kept

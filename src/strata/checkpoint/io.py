@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..container import KIND_CHECKPOINT, atomic_path, check_crc, crc32, pack, stream_version, unpack_header
+from ..container import KIND_CHECKPOINT, MAX_HEADER, atomic_path, check_crc, crc32, pack, stream_version, unpack_header
 from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import codec
 from .ranges import Positional, Ranges
@@ -167,11 +167,16 @@ def encode_parts(snap: Snapshot, base: Snapshot | None = None, base_file: str | 
     ``snap.depth``.
 
     Raises:
-        InvalidInputError: ``base`` was never written to a file (it has no ``file_crc``).
+        InvalidInputError: ``base`` was never written to a file (it has no ``file_crc``); a
+            segment beyond ``MAX_SEGMENT_BYTES`` or a header (skeleton and tensor list) beyond
+            the container's ``MAX_HEADER``, which a reader would refuse.
     """
     base_seg = {} if base is None else {k: s for k, s in zip(base.keys, base.segments)}
     records, seg_meta = [], []
     for key, seg in zip(snap.keys, snap.segments):
+        if seg.size > MAX_SEGMENT_BYTES:
+            raise InvalidInputError(f"the {key[0]} tensors hold {seg.size} bytes, more than a checkpoint segment "
+                                    f"holds (MAX_SEGMENT_BYTES, {MAX_SEGMENT_BYTES})")
         b = base_seg.get(key)
         if b is not None and b.size != seg.size:
             b = None
@@ -190,6 +195,10 @@ def encode_parts(snap: Snapshot, base: Snapshot | None = None, base_file: str | 
                   base=dict(file=base_file, id=base.id, crc=base.file_crc) if use_base else None,
                   skeleton=snap.skeleton, tensors=tensors, segments=seg_meta, safetensors=snap.safetensors)
     hb = json.dumps(header, separators=(",", ":")).encode()
+    if len(hb) > MAX_HEADER:
+        raise InvalidInputError(f"the checkpoint header (skeleton and tensor list) would take {len(hb)} bytes, more "
+                                f"than a reader accepts ({MAX_HEADER}): store large values other than tensors "
+                                f"as arrays")
     sections = [snap.raw_header, struct.pack("<I", crc32(snap.raw_header))] if snap.raw_header else []
     head = pack(KIND_CHECKPOINT, hb, [])  # the preamble, the header and its CRC-32
     snap.file_crc = int.from_bytes(head[-4:], "little")

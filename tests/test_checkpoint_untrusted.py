@@ -24,6 +24,7 @@ from strata.errors import (
     ResourceLimitError,
     StrataError,
     TruncatedStreamError,
+    UnsupportedDtypeError,
 )
 
 STATE = {"model": {"w": np.arange(24, dtype=np.float32).reshape(4, 6), "b": np.ones(3, np.float32),
@@ -673,3 +674,15 @@ def test_a_header_a_reader_refuses_is_not_written(tmp_path):
     with pytest.raises(InvalidInputError, match="header"):
         ck.save({"w": np.ones(3), "notes": "x" * (16 << 20)}, path)
     assert ck.load(path)["w"].tolist() == [1, 1, 1]  # the previous checkpoint is kept
+
+
+def test_numpy_scalars_are_stored_exactly_or_refused(tmp_path):
+    """np.longdouble has no exact JSON number: json.dumps raised a TypeError; NumPy scalars
+    that have one come back as that Python number."""
+    path = tmp_path / "s.strata"
+    with pytest.raises(UnsupportedDtypeError, match="longdouble"):
+        ck.save({"x": np.longdouble(1) / 3}, path)
+    values = {"h": np.float16(0.1), "u": np.uint64(2**64 - 1), "b": np.bool_(True)}
+    ck.save(values, path)
+    back = ck.load(path)
+    assert all(back[k] == v and type(back[k]) is type(v.item()) for k, v in values.items())

@@ -116,8 +116,13 @@ def flatten(state, copy: bool = False, lazy: bool = False) -> tuple[object, list
     """Skeleton and tensors of a nested state dict (``copy``: snapshot the bytes; ``lazy``:
     see :func:`tensor_bytes`).
 
+    Plain values are stored as JSON: NumPy integer, float and bool scalars become the Python
+    number of the same value (``np.float32(0.1)`` comes back as the float ``0.10000000149011612``).
+
     Raises:
         InvalidInputError: a value that is neither a tensor, a container nor a plain value.
+        UnsupportedDtypeError: a tensor of a dtype strata cannot store, or a NumPy scalar with
+            no exact Python number (``np.longdouble``).
     """
     tensors: list[Tensor] = []
 
@@ -136,7 +141,11 @@ def flatten(state, copy: bool = False, lazy: bool = False) -> tuple[object, list
         if x is None or isinstance(x, (bool, int, float, str)):
             return x
         if isinstance(x, (np.integer, np.floating, np.bool_)):
-            return x.item()
+            v = x.item()  # (a Python number of the same value; np.longdouble stays itself)
+            if isinstance(v, (bool, int, float)):
+                return v
+            raise UnsupportedDtypeError(f"NumPy scalar {type(x).__name__} at {path or 'the top'} has no exact "
+                                        f"JSON number: store it as an array of a supported dtype")
         raise InvalidInputError(f"cannot store {type(x).__name__} at {path or 'the top'} in a checkpoint")
 
     return walk(state, ""), tensors

@@ -33,7 +33,8 @@ the file, and every decoded size within ``MAX_SEGMENT_BYTES`` and what its recor
 (:func:`strata.checkpoint.codec.max_decoded_bytes`). A base is a bare file name in the same
 folder (a symlink may not lead out of it). A chain of bases is walked iteratively, one file
 open at a time: every header of the chain is checked first, then the files are decoded from
-the full snapshot up, keeping only the previous snapshot; at most ``MAX_CHAIN`` deltas.
+the full snapshot up, each delta into the snapshot below it, in place; at most ``MAX_CHAIN``
+deltas. Records are read chunk by chunk as they are decoded (:class:`codec.Record`), never whole.
 
 Errors: ``FormatError`` (not a checkpoint, a base that is missing, not the one the delta was
 made from -- another id or another checksum -- or not a bare name in the same folder),

@@ -53,12 +53,18 @@ class Positional:
         self._check(offset, n, what)
         if self._mem is not None:
             return self._mem[offset:offset + n]
-        if hasattr(os, "pread"):
-            data = os.pread(self._file.fileno(), n, offset)
-        else:  # (Windows)
+        if not hasattr(os, "pread"):  # (Windows)
             with self._lock:
                 self._file.seek(offset)
                 data = self._file.read(n)
+        else:
+            data = os.pread(self._file.fileno(), n, offset)
+            if 0 < len(data) < n:  # (one read returns at most about 2 GiB)
+                parts = [data]
+                while parts[-1] and sum(map(len, parts)) < n:
+                    got = sum(map(len, parts))
+                    parts.append(os.pread(self._file.fileno(), n - got, offset + got))
+                data = b"".join(parts)
         if len(data) != n:
             raise TruncatedStreamError(f"stream truncated while reading {what}")
         return data
@@ -72,8 +78,12 @@ class Positional:
         n = out.size
         if self._mem is None and hasattr(os, "preadv"):
             self._check(offset, n, what)
-            if os.preadv(self._file.fileno(), [out], offset) != n:
-                raise TruncatedStreamError(f"stream truncated while reading {what}")
+            got = 0
+            while got < n:  # (one read returns at most about 2 GiB)
+                k = os.preadv(self._file.fileno(), [out[got:]], offset + got)
+                if k == 0:
+                    raise TruncatedStreamError(f"stream truncated while reading {what}")
+                got += k
         else:
             out[:] = np.frombuffer(self.read(offset, n, what), np.uint8)
 

@@ -71,13 +71,19 @@ if __name__ == "__main__":
 """
 
 
+def temp_names(folder: Path) -> list[str]:
+    """The names of the temporary entries in ``folder``."""
+    return [n for n in os.listdir(folder) if any(t in n for t in TEMP_TAGS)]
+
+
 def temps(folder: Path) -> list[tuple[str, int]]:
-    """The temporary entries in ``folder`` and their sizes (bytes, all files of a directory)."""
+    """The temporary entries in ``folder`` and their sizes (bytes, all files of a directory),
+    once no writer runs there."""
     out = []
-    for p in folder.iterdir():
-        if any(t in p.name for t in TEMP_TAGS):
-            size = sum(q.stat().st_size for q in p.rglob("*") if q.is_file()) if p.is_dir() else p.stat().st_size
-            out.append((p.name, size))
+    for name in temp_names(folder):
+        p = folder / name
+        size = sum(q.stat().st_size for q in p.rglob("*") if q.is_file()) if p.is_dir() else p.stat().st_size
+        out.append((name, size))
     return out
 
 
@@ -113,7 +119,7 @@ def run_and_kill(cmd: list[str], folder: Path, delay: float, after_temp: bool) -
     appears in ``folder``); True when it had already finished."""
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if after_temp:
-        while p.poll() is None and not temps(folder):
+        while p.poll() is None and not temp_names(folder):
             time.sleep(0.001)
     time.sleep(delay)
     finished = p.poll() is not None
@@ -131,14 +137,11 @@ def timings(cmd: list[str], folder: Path, setup) -> tuple[float, float]:
         setup()
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        seen = gone = None
-        while p.poll() is None:
-            there = bool(temps(folder))
-            now = time.perf_counter()
-            if seen is None and there:
-                seen = now
-            elif seen is not None and gone is None and not there:
-                gone = now
+        seen = gone = None  # (first and last time a temporary is there: zarr's mode "w" removes and
+        while p.poll() is None:  # makes again the directory it is given, so it vanishes for a moment)
+            if temp_names(folder):
+                gone = time.perf_counter()
+                seen = seen or gone
             time.sleep(0.0005)
         end = time.perf_counter()
         if p.returncode != 0:

@@ -48,6 +48,9 @@ def test_temporary_names_carry_the_writer(tmp_path):
         m = container._TEMP_NAME.fullmatch(name)
         assert m and m["name"] == target and int(m["pid"]) == os.getpid() and m["tag"] == "strata-tmp"
     assert hidden(tmp_path) == []
+    long = "x" * 240 + ".strata"  # a name near the limit of 255 bytes still gets a temporary
+    atomic_write(tmp_path / long, b"long")
+    assert (tmp_path / long).read_bytes() == b"long" and hidden(tmp_path) == []
 
 
 def test_next_write_removes_what_killed_writers_left(tmp_path):
@@ -210,3 +213,40 @@ def test_readers_refuse_what_is_not_a_regular_file(tmp_path):
     for source in (fifo, tmp_path):
         with pytest.raises(InvalidInputError, match="regular file"):
             strata.open(source)
+
+
+REPLACER = r"""
+import sys
+from pathlib import Path
+from strata.container import atomic_dir
+
+dest, n = Path(sys.argv[1]), 0
+while True:
+    tag = b"ab"[n % 2:n % 2 + 1]
+    with atomic_dir(dest, replace=True) as tmp:
+        for i in range(3):
+            (tmp / f"c{i}").write_bytes(tag * 1000)
+    n += 1
+    if n == 1:
+        print("ready", flush=True)
+"""
+
+
+def test_store_replacement_killed_for_real(tmp_path):
+    """A few real kill -9 of a process replacing a store in a loop (the campaign in
+    benchmarks/kill_campaign.py does 24 of each writer): the store is always a whole one and
+    the next write leaves nothing behind."""
+    import random
+    import signal
+
+    dest = tmp_path / "s.zarr"
+    rng = random.Random(35)
+    for _ in range(3):
+        p = subprocess.Popen([sys.executable, "-c", REPLACER, str(dest)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(rng.uniform(0, 0.05))
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        assert store_state(dest) in (b"a", b"b")
+        atomic_write(tmp_path / "next", b"next run")
+        assert store_state(dest) in (b"a", b"b") and hidden(tmp_path) == []

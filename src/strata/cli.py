@@ -1,4 +1,4 @@
-"""The ``strata`` command line.
+"""The ``strata`` command line::
 
     strata compress INPUT [-o OUT] (--abs E | --rel E | --target-psnr DB | --target-ratio R | --target-ssim S)
                     [--shape AxBxC] [--var NAME [--no-cf]] [--fill-value V] [--mask FILE] [--enhance 1x|2x]
@@ -50,13 +50,7 @@ import click
 import numpy as np
 
 from . import __version__
-from .errors import (
-    FormatError,
-    InvalidInputError,
-    ModelFileError,
-    StrataError,
-    UnsupportedDtypeError,
-)
+from .errors import InvalidInputError, StrataError, UnsupportedDtypeError
 
 #: Inputs at least this large get a progress bar.
 PROGRESS_BYTES = 64 << 20
@@ -65,7 +59,9 @@ EXIT_FAILURE = 1
 #: Exit code of a command line that asks for something that cannot be done (click's code for
 #: usage errors).
 EXIT_USAGE = 2
-#: Errors that say the command line is wrong (exit code :data:`EXIT_USAGE`).
+#: Errors that say the command line is wrong (exit code :data:`EXIT_USAGE`); the others (a
+#: damaged stream: :class:`strata.errors.FormatError` and its kinds) say the data or the system
+#: failed (:data:`EXIT_FAILURE`).
 _USAGE_ERRORS = (InvalidInputError, UnsupportedDtypeError, FileNotFoundError, FileExistsError, IsADirectoryError,
                  NotADirectoryError, PermissionError)
 #: I/O failures of the system itself, whatever the arguments (exit code :data:`EXIT_FAILURE`).
@@ -100,8 +96,7 @@ def reported():
     try:
         yield
     except (StrataError, OSError) as exc:
-        usage = isinstance(exc, _USAGE_ERRORS) and not isinstance(exc, (FormatError, ModelFileError)) and not (
-            isinstance(exc, OSError) and exc.errno in _SYSTEM_ERRNOS)
+        usage = isinstance(exc, _USAGE_ERRORS) and not (isinstance(exc, OSError) and exc.errno in _SYSTEM_ERRNOS)
         raise CommandError(_message(exc), EXIT_USAGE if usage else EXIT_FAILURE) from None
 
 

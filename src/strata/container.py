@@ -360,8 +360,14 @@ _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
 
 
+#: The longest part of a file's name kept in its temporary's name (a name near the file
+#: system's limit of 255 bytes leaves room for the tag, process id, machine and random part).
+_NAME_KEPT = 100
+
+
 def _temp_prefix(name: str, tag: str) -> str:
-    return f".{name}.{tag}.{os.getpid()}.{_HOST}."
+    # a directory moved aside keeps its whole name: clean_stale puts it back under that name
+    return f".{name if tag == ASIDE_TAG else name[:_NAME_KEPT]}.{tag}.{os.getpid()}.{_HOST}."
 
 
 @functools.cache
@@ -478,7 +484,7 @@ def clean_stale(folder) -> list[Path]:
     except OSError:
         return done
     for e in entries:
-        m = _TEMP_NAME.fullmatch(e.name)
+        m = _TEMP_NAME.fullmatch(e.name) if ".strata-" in e.name else None
         if m is None:
             continue
         try:

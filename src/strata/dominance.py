@@ -50,8 +50,9 @@ class Dominance:
     """A value range dominated by a few extreme values.
 
     Attributes:
-        low, high: the range examined (the valid values' minimum and maximum; for a stream,
-            those of the decoded values examined).
+        low: the smallest value examined (the valid values' minimum; for a stream, the
+            smallest decoded value examined).
+        high: the largest value examined.
         occupied: the part of the range the values fill, in the data's unit (the range minus
             the empty gaps, each at least :data:`SHARE` of it).
         values: the values named as dominating: for an array, each end of the range that is a
@@ -78,12 +79,21 @@ class Dominance:
         return self.occupied / (self.high - self.low)
 
 
-def _groups(u: np.ndarray, bound: float = 0.0) -> tuple[float, np.ndarray]:
-    """For sorted distinct finite values ``u`` (float64, at least 2), decoded within ``bound`` of
-    the originals: the part of the range they occupy and the start index of each group (a group
-    begins after each empty gap: one of at least :data:`SHARE` of the range and, for decoded
-    values, at least ten bounds, so that no gap between decoded values is empty in the
-    original for lack of resolution)."""
+def occupancy(u: np.ndarray, bound: float = 0.0) -> tuple[float, np.ndarray]:
+    """The part of their range that values occupy, and the groups they form.
+
+    A gap between consecutive values is empty when it is at least :data:`SHARE` of the range
+    and, for decoded values, at least ten bounds (so that no gap between decoded values counts
+    as empty for lack of resolution).
+
+    Args:
+        u: sorted distinct finite values, float64, at least two.
+        bound: the error bound the values were decoded within (0: exact values).
+
+    Returns:
+        ``(occupied, starts)``: the range minus its empty gaps (the data's unit), and the index
+        in ``u`` where each group begins (one after each empty gap).
+    """
     gaps = np.diff(u)
     empty = gaps >= max(SHARE * (u[-1] - u[0]), 10 * bound)
     return float(gaps[~empty].sum()), np.concatenate(([0], np.flatnonzero(empty) + 1))
@@ -120,7 +130,7 @@ def check_array(a: np.ndarray, missing: np.ndarray | None = None) -> Dominance |
     if not hi > lo:
         return None
     u = np.unique(np.concatenate((_sample(flat, valid), [lo, hi])))
-    occupied, starts = _groups(u)
+    occupied, starts = occupancy(u)
     if not 0 < occupied < SHARE * (hi - lo):
         return None
     ends = np.append(starts[1:], u.size)
@@ -153,7 +163,7 @@ def check_stream(reader) -> Dominance | None:
     u = np.unique(values[np.isfinite(values)].astype(np.float64))
     if u.size < 2:
         return None
-    occupied, starts = _groups(u, reader.header.eb)
+    occupied, starts = occupancy(u, reader.header.eb)
     if not occupied < SHARE * (u[-1] - u[0]):
         return None
     lo, hi = reader.valid_range

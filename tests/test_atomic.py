@@ -79,6 +79,17 @@ def test_next_write_removes_what_killed_writers_left(tmp_path):
     assert (tmp_path / "new.strata").read_bytes() == b"new"
 
 
+def test_a_stale_temporary_that_cannot_be_removed_does_not_stop_the_write(tmp_path, monkeypatch):
+    stale = fake_temp(tmp_path, "a.strata", dead_pid())
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(container, "_remove", refuse)
+    atomic_write(tmp_path / "b.strata", b"b")
+    assert (tmp_path / "b.strata").read_bytes() == b"b" and stale.exists()
+
+
 def test_stranded_old_store_is_put_back(tmp_path):
     gone = dead_pid()
     aside = fake_temp(tmp_path, "s.zarr", gone, tag="strata-old", directory=True)

@@ -500,7 +500,10 @@ def clean_stale(folder) -> list[Path]:
             except OSError:
                 pass  # (put back by another process meanwhile; or left for a later run)
             continue
-        _remove(e.path)
+        try:
+            _remove(e.path)
+        except OSError:
+            continue  # (not ours to remove, e.g. another user's: the write goes on)
         done.append(Path(e.path))
     return done
 

@@ -22,7 +22,7 @@ import numpy as np
 import strata
 from common import SHARED, machine
 from strata import dominance
-from strata.container import atomic_write
+from strata.atomic import atomic_write
 from strata.inputs import read_array
 
 #: Fill values the zoo's MANIFEST documents (NaN needs no declaring).

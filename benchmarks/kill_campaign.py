@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from common import SHARED, machine
-from strata.container import atomic_write
+from strata.atomic import atomic_write
 
 STRATA = [sys.executable, "-m", "strata.cli"]
 TEMP_TAGS = (".strata-tmp.", ".strata-old.")

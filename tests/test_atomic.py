@@ -1,4 +1,4 @@
-"""Atomic writes (strata.container): the destination is always the old or the whole new file or
+"""Atomic writes (strata.atomic): the destination is always the old or the whole new file or
 store, temporary names say whose they are, what killed writers leave is tidied by the next write,
 and errors name the user's path (issue 35)."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 import pytest
 
 import strata
-from strata import container
-from strata.container import atomic_dir, atomic_path, atomic_write, clean_stale
+from strata import atomic
+from strata.atomic import atomic_dir, atomic_path, atomic_write, clean_stale
 from strata.errors import InvalidInputError
 
 
@@ -29,7 +29,7 @@ def dead_pid() -> int:
 
 
 def fake_temp(folder, name, pid, tag="strata-tmp", host=None, directory=False):
-    path = folder / f".{name}.{tag}.{pid}.{host or container._HOST}.abc123"
+    path = folder / f".{name}.{tag}.{pid}.{host or atomic._HOST}.abc123"
     if directory:
         path.mkdir()
         (path / "chunk").write_bytes(b"x" * 100)
@@ -45,7 +45,7 @@ def test_temporary_names_carry_the_writer(tmp_path):
     with atomic_dir(tmp_path / "s.zarr") as tmp:
         seen.append(tmp.name)
     for name, target in zip(seen, ("out.npy", "s.zarr")):
-        m = container._TEMP_NAME.fullmatch(name)
+        m = atomic._TEMP_NAME.fullmatch(name)
         assert m and m["name"] == target and int(m["pid"]) == os.getpid() and m["tag"] == "strata-tmp"
     assert hidden(tmp_path) == []
     long = "x" * 240 + ".strata"  # a name near the limit of 255 bytes still gets a temporary
@@ -85,7 +85,7 @@ def test_a_stale_temporary_that_cannot_be_removed_does_not_stop_the_write(tmp_pa
     def refuse(path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(container, "_remove", refuse)
+    monkeypatch.setattr(atomic, "_remove", refuse)
     atomic_write(tmp_path / "b.strata", b"b")
     assert (tmp_path / "b.strata").read_bytes() == b"b" and stale.exists()
 
@@ -125,7 +125,7 @@ def crash_at(step: int, fn, exchange: bool) -> bool:
     if pid == 0:  # pragma: no cover - the child
         try:
             calls = [0]
-            rename_with, rename, remove = container._rename_with, os.rename, container._remove
+            rename_with, rename, remove = atomic._rename_with, os.rename, atomic._remove
 
             def counted(f):
                 def g(*a):
@@ -137,13 +137,13 @@ def crash_at(step: int, fn, exchange: bool) -> bool:
                 return g
 
             def no_exchange(src, dst, flags):
-                return False if flags == container._RENAME_EXCHANGE else rename_with(src, dst, flags)
+                return False if flags == atomic._RENAME_EXCHANGE else rename_with(src, dst, flags)
 
-            container._rename_with = counted(rename_with if exchange else no_exchange)
+            atomic._rename_with = counted(rename_with if exchange else no_exchange)
             os.rename = counted(rename)
-            container._remove = counted(remove)
+            atomic._remove = counted(remove)
             if step == 0:  # killed once the new store is written, before it is put in place
-                container._install_dir = lambda *a: os._exit(17)
+                atomic._install_dir = lambda *a: os._exit(17)
             fn()
             os._exit(0)
         except BaseException:
@@ -158,7 +158,7 @@ def crash_at(step: int, fn, exchange: bool) -> bool:
 def test_store_replacement_killed_at_every_step(tmp_path, exchange):
     """``convert --force`` killed between its two renames left no store (issue 35): at every
     step the destination is the old or the new store, or the next write puts the old one back."""
-    if exchange and container._renameat2_function() is None:
+    if exchange and atomic._renameat2_function() is None:
         pytest.skip("no renameat2 here")
     dest = tmp_path / "s.zarr"
     outcomes = []
@@ -229,7 +229,7 @@ def test_readers_refuse_what_is_not_a_regular_file(tmp_path):
 REPLACER = r"""
 import sys
 from pathlib import Path
-from strata.container import atomic_dir
+from strata.atomic import atomic_dir
 
 dest, n = Path(sys.argv[1]), 0
 while True:

@@ -24,7 +24,7 @@ and ``--mask`` (a ``.npy`` boolean array or a raw file of 0/1 bytes, broadcastin
 valid values' range is dominated by a few extreme values (:mod:`strata.dominance`): a
 relative bound would then be the extreme values' and erase the data.
 
-Outputs are written atomically (:mod:`strata.container`); a ``.nc`` output rebuilds the NetCDF
+Outputs are written atomically (:mod:`strata.atomic`); a ``.nc`` output rebuilds the NetCDF
 variable from the stream's metadata. An existing output is replaced only with ``--force``, and
 an input of the same command never (compared by file identity). A region is written like numpy
 indexing without brackets: ``"10:20,:,5"``.
@@ -303,8 +303,8 @@ def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, tar
     declared with --fill-value and --mask; a warning tells when a few extreme values dominate
     the range (a relative bound would then erase the data).
     """
+    from .atomic import atomic_write
     from .cf import HDF5_SUFFIXES, NETCDF_SUFFIXES
-    from .container import atomic_write
     from .dominance import check_array
     from .inputs import read_input
     from .lossy import LossyReader

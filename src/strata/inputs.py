@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .container import open_regular
+from .atomic import open_regular
 from .errors import InvalidInputError, UnsupportedDtypeError
 
 SHAPE_RE = re.compile(r"_(\d+(?:x\d+)*)\.(f32|f64)$", re.IGNORECASE)
@@ -215,8 +215,8 @@ def write_array(path, a: np.ndarray, metadata: dict | None = None, *, fill_value
         FileExistsError: ``path`` exists and ``replace`` is false.
         OSError: the file could not be written (the error names ``path``).
     """
+    from .atomic import atomic_write
     from .cf import NETCDF_SUFFIXES, write_netcdf
-    from .container import atomic_write
 
     path = Path(path)
     ext = path.suffix.lower()

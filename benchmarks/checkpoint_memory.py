@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, SHARED, machine  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 
 MINILM = SHARED / "data" / "llm" / "all-MiniLM-L6-v2.fp32.safetensors"
 

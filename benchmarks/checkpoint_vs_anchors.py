@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import strata  # noqa: E402,F401
 from common import ROOT, SHARED, geomean, machine  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 from strata.checkpoint import codec  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
 
 METHODS = ["zipnn", "zstd-3", "zstd-19", "bz2-9", "lzma-6", "bg-zstd3"]
 SNAPSHOTS = ROOT / "benchmarks" / "results" / "tiny_gpt_snapshots"

@@ -30,8 +30,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.common import machine, timed  # noqa: E402
 
+from strata.atomic import atomic_write  # noqa: E402
 from strata.comm import dequantize, hadamard32, inverse_hadamard32, pack_int4, quantize, unpack_int4  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
 
 
 def operations(x: torch.Tensor, gen: torch.Generator) -> dict:

@@ -168,7 +168,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     out = ROOT / "benchmarks" / "results" / "context_models.md"
-    from strata.container import atomic_write
+    from strata.atomic import atomic_write
 
     atomic_write(out, text)
     return 0

@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import strata  # noqa: E402
 from common import ROOT, SHARED, geomean, machine, timed  # noqa: E402
 from strata import metrics  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 from strata.enhance import EnhanceOptions, compress_fields, decompress_fields  # noqa: E402
 from strata.enhance.fields import open_fields  # noqa: E402
 from strata.inputs import read_array  # noqa: E402

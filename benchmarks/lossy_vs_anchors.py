@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import strata  # noqa: E402
 from common import ROOT, SHARED, fresh_peak, geomean, machine, timed  # noqa: E402
 from strata import metrics  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 from strata.inputs import read_array  # noqa: E402
 
 

@@ -47,7 +47,7 @@ import strata  # noqa: E402
 from common import ROOT, SHARED, geomean, machine, timed  # noqa: E402
 from lossy_vs_anchors import codecs  # noqa: E402
 from strata import metrics  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 from strata.inputs import read_array  # noqa: E402
 from strata.lossy import exact  # noqa: E402
 

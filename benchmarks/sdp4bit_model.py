@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from strata.atomic import atomic_write  # noqa: E402
 from strata.comm import CommConfig  # noqa: E402
 from strata.comm.model import paper_setting, speedup, step_time  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
 
 ARMS = ["baseline", "qwz_qgz", "qwd", "tlq", "tlq_hs", "sdp4bit", "direct4"]
 PAPER_SPEEDUP = 4.08

@@ -45,9 +45,9 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.train_tiny_gpt import DEFAULT_DATA, GPT, GPTConfig, configure_optimizer, get_batch, load_corpus  # noqa: E402
 
+from strata.atomic import atomic_write  # noqa: E402
 from strata.comm import ARMS, CommConfig, CommStats, ShardedOptimizer, build_topology  # noqa: E402
 from strata.comm.model import wire_bits  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
 
 ARM_ORDER = ["baseline", "qwz_qgz", "qwd", "tlq", "tlq_hs", "sdp4bit", "direct4"]
 assert set(ARM_ORDER) == set(ARMS)

@@ -44,7 +44,7 @@ import strata  # noqa: E402
 from common import machine  # noqa: E402
 from speed_per_core import RESULTS, SCI, field_cases, rounds, with_threads  # noqa: E402
 from strata import metrics  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 from strata.inputs import read_array  # noqa: E402
 from strata.lossy import chunk_decoder, chunk_encoder  # noqa: E402
 

@@ -33,7 +33,7 @@ import strata  # noqa: E402
 from common import ROOT, SHARED, geomean, machine  # noqa: E402
 from lossy_vs_anchors import codecs  # noqa: E402
 from strata import metrics  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 from strata.inputs import read_array  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

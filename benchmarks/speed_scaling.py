@@ -29,7 +29,7 @@ import strata  # noqa: E402
 from common import geomean, machine  # noqa: E402
 from speed_per_core import RESULTS, SCI, field_cases, rounds, with_threads  # noqa: E402
 from strata import metrics  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 
 
 def per_field(path: Path, rels, threads: list[int], repeats: int) -> list[dict]:

@@ -73,7 +73,7 @@ import strata.xarray  # noqa: E402
 import strata.zarr  # noqa: E402
 from common import ROOT, SHARED, geomean, machine  # noqa: E402
 from strata import chunk_codec, metrics  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 from strata.inputs import read_array  # noqa: E402
 
 warnings.filterwarnings("ignore", message="Numcodecs codecs are not in the Zarr version 3 specification")

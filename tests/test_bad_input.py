@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import strata
-from strata.container import atomic_write
+from strata.atomic import atomic_write
 from strata.errors import (
     CorruptStreamError,
     FormatError,

@@ -197,6 +197,20 @@ def test_stream_without_metadata_writes_plain_variable(tmp_path):
         assert np.isnan(ds["data"].values).sum() == 7
 
 
+def test_netcdf_output_replaces_only_when_asked(tmp_path):
+    """The CLI's "never an existing file without --force" holds for .nc outputs at the write
+    itself (checked again at the rename), not only by a check before decoding."""
+    a = np.linspace(0, 1, 60, dtype=np.float32).reshape(6, 10)
+    out = tmp_path / "d.nc"
+    out.write_bytes(b"keep me")
+    with pytest.raises(FileExistsError):
+        write_netcdf(out, a, None, replace=False)
+    assert out.read_bytes() == b"keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["d.nc"]
+    write_netcdf(out, a, None)
+    with xr.open_dataset(out) as ds:
+        assert np.array_equal(ds["data"].values, a)
+
+
 def test_hdf5_reading_follows_the_same_rules(tmp_path):
     h5py = pytest.importorskip("h5py")
     src = tmp_path / "sst.nc"

@@ -312,6 +312,26 @@ def test_existing_output_needs_force(nc, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+def test_a_store_a_killed_replacement_left_aside_is_back_before_the_existence_check(nc, tmp_path):
+    """Where the store could not be swapped in one exchange, a writer killed between its two
+    renames leaves the old store aside: the next convert puts it back first, so it still needs
+    --force and the old store is never lost."""
+    import subprocess
+    import sys
+
+    from strata import atomic
+
+    out = tmp_path / "o.zarr"
+    assert run("convert", nc, out, "--abs", "1").exit_code == 0
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    out.rename(tmp_path / f".o.zarr.strata-old.{gone.pid}.{atomic._HOST}.abc123")
+    res = run("convert", nc, out, "--abs", "0.01")
+    assert res.exit_code != 0 and "--force" in res.output
+    assert codec_config(out, "t2m")[0][0]["configuration"]["abs_error"] == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
 def test_failure_leaves_no_partial_output(nc, tmp_path, monkeypatch):
     from strata.chunk_codec import ChunkConfig
     from strata.errors import InvalidInputError

@@ -71,7 +71,8 @@ def test_api_reference_covers_public_modules():
     for rst in (ROOT / "docs" / "api").glob("*.rst"):
         documented |= set(re.findall(r"^\.\. automodule:: (\S+)", rst.read_text(), re.M))
     modules = {"strata", "strata.lossy", "strata.checkpoint", "strata.comm", "strata.numcodecs", "strata.zarr",
-               "strata.xarray", "strata.cf", "strata.quality", "strata.enhance", "strata.errors", "strata.metrics"}
+               "strata.xarray", "strata.cf", "strata.quality", "strata.enhance", "strata.errors", "strata.metrics",
+               "strata.atomic", "strata.dominance"}
     assert modules <= documented
 
 

@@ -874,9 +874,9 @@ def test_cli_quality_errors(npy):
     res = run("quality", path, "--rel", "1e-2,x")
     assert res.exit_code == 2 and "--rel" in res.output
     res = run("quality", path, "--rel", "1e-2", "--compressor", "lz4")
-    assert res.exit_code == 1 and "unknown compressor 'lz4'" in res.output
+    assert res.exit_code == 2 and "unknown compressor 'lz4'" in res.output
     res = run("quality", path, "--rel", "-1")
-    assert res.exit_code == 1 and "> 0" in res.output
+    assert res.exit_code == 2 and "> 0" in res.output
 
 
 def test_cli_compress_to_a_target_and_info(npy, tmp_path):
@@ -905,4 +905,4 @@ def test_cli_compress_refuses_a_target_with_a_bound(npy, tmp_path):
         assert res.exit_code != 0 and "give one of --abs, --rel, --target-psnr" in res.output
         assert not (tmp_path / "x.strata").exists()
     res = run("compress", path, "--target-psnr", "-3", "-o", tmp_path / "x.strata")
-    assert res.exit_code == 1 and "must be > 0 dB" in res.output
+    assert res.exit_code == 2 and "must be > 0 dB" in res.output

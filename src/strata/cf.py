@@ -59,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .container import atomic_path
+from .atomic import atomic_path
 from .errors import CorruptStreamError, InvalidInputError, StrataError, UnsupportedDtypeError
 
 #: Value of the ``format`` key of the metadata this module writes.
@@ -605,10 +605,10 @@ def _h5py_attrs(attrs) -> dict:
 
 # ---------------------------------------------------------------------------- writing
 @contextmanager
-def netcdf_output(path, nbytes: int):
+def netcdf_output(path, nbytes: int, *, replace: bool = True):
     """A temporary path beside ``path`` for a netCDF-C writer (netCDF4, xarray's ``netcdf4``
     engine), renamed to ``path`` when the block succeeds and removed when it fails
-    (:func:`strata.container.atomic_path`), whose storage errors say what happened.
+    (:func:`strata.atomic.atomic_path`), whose storage errors say what happened.
 
     netCDF-C reports a failed write of the HDF5 layer (a full disk, a file size limit) as
     ``RuntimeError("NetCDF: HDF error")``, without the system's error number. When the block
@@ -622,17 +622,20 @@ def netcdf_output(path, nbytes: int):
         path: the NetCDF file to write.
         nbytes: the size of the values to be written, in bytes (the file's expected size less
             its HDF5 structures).
+        replace: replace an existing ``path`` (default); False: raise ``FileExistsError``
+            instead (:func:`strata.atomic.atomic_path`).
 
     Yields:
         The temporary path (``str``).
 
     Raises:
+        FileExistsError: ``path`` exists and ``replace`` is false.
         OSError: ``ENOSPC`` (no space left on the device) or ``EFBIG`` (file size limit),
             naming ``path`` and giving the sizes and netCDF-C's message; ``path`` is left as it
             was.
     """
     path = Path(path)
-    with atomic_path(path) as tmp:
+    with atomic_path(path, replace=replace) as tmp:
         try:
             yield str(tmp)
         except RuntimeError as exc:
@@ -665,7 +668,7 @@ def _storage_error(tmp: Path, path: Path, nbytes: int, exc: RuntimeError) -> OSE
     return None
 
 
-def write_netcdf(path, array, metadata=None, *, fill_value=None, index=None) -> None:
+def write_netcdf(path, array, metadata=None, *, fill_value=None, index=None, replace: bool = True) -> None:
     """Write a decoded variable to a NETCDF4 file, atomically (a temporary file in the same
     folder, then a rename).
 
@@ -681,8 +684,11 @@ def write_netcdf(path, array, metadata=None, *, fill_value=None, index=None) -> 
         fill_value: see ``metadata``.
         index: tuple of slices (one per leading axis) that selected ``array`` from the full
             variable (a region, or a level's grid): the coordinates are sliced the same way.
+        replace: replace an existing ``path`` (default); False: raise ``FileExistsError``
+            instead, checked before writing and again at the rename.
 
     Raises:
+        FileExistsError: ``path`` exists and ``replace`` is false.
         CorruptStreamError: CF metadata that is invalid or does not fit ``array`` (number of
             dimensions, coordinate lengths).
         InvalidInputError: netCDF4 cannot write a name or attribute; bad ``index``.
@@ -709,7 +715,7 @@ def write_netcdf(path, array, metadata=None, *, fill_value=None, index=None) -> 
     coords = _sliced(desc, index, data.shape)
     nbytes = stored.nbytes + sum(c.values.nbytes for c in coords.values())
     try:
-        with netcdf_output(path, nbytes) as tmp, netCDF4.Dataset(tmp, "w", format="NETCDF4") as ds:
+        with netcdf_output(path, nbytes, replace=replace) as tmp, netCDF4.Dataset(tmp, "w", format="NETCDF4") as ds:
             _set_attrs(ds, desc.global_attrs)
             for dim, n in zip(desc.dims, data.shape):
                 ds.createDimension(dim, None if dim in desc.unlimited else n)

@@ -44,9 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import atomic_dir, clean_stale
 from .cf import HDF5_SUFFIXES, NETCDF_SUFFIXES, netcdf_output
 from .chunk_codec import ChunkConfig
-from .container import atomic_dir
 from .errors import InvalidInputError
 
 #: Default chunk size in bytes (decoded values) of the largest variable.
@@ -394,6 +394,7 @@ def _open_source(source: Path, xr, chunks=None):
 
 
 def _check_output(output: Path, force: bool) -> None:
+    clean_stale(output.parent)  # a store a killed replacement left aside is back before the check
     if (output.exists() or output.is_symlink()) and not force:
         raise FileExistsError(f"{output} exists (replace it with force=True, --force on the command line)")
     if not output.parent.is_dir():

@@ -205,9 +205,7 @@ def write_array(path, a: np.ndarray, metadata: dict | None = None, *, fill_value
 
     Args:
         replace: replace an existing ``path`` (default); False: raise ``FileExistsError``
-            instead (``.npy``, ``.f32``, ``.f64``: checked at the rename, atomically; a NetCDF
-            file is written by :func:`strata.cf.write_netcdf`, which replaces: the caller
-            checks first).
+            instead (checked before writing and again at the rename).
 
     Raises:
         InvalidInputError: another output format.
@@ -221,7 +219,7 @@ def write_array(path, a: np.ndarray, metadata: dict | None = None, *, fill_value
     path = Path(path)
     ext = path.suffix.lower()
     if ext in NETCDF_SUFFIXES:
-        write_netcdf(path, a, metadata, fill_value=fill_value, index=index)
+        write_netcdf(path, a, metadata, fill_value=fill_value, index=index, replace=replace)
         return
     a = np.ma.getdata(a)
     if ext == ".npy":

@@ -55,7 +55,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..container import KIND_CHECKPOINT, MAX_HEADER, atomic_path, check_crc, crc32, pack, stream_version, unpack_header
+from ..atomic import atomic_path
+from ..container import KIND_CHECKPOINT, MAX_HEADER, check_crc, crc32, pack, stream_version, unpack_header
 from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import codec
 from .ranges import Positional, Ranges

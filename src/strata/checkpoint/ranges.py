@@ -15,7 +15,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from ..container import open_regular
+from ..atomic import open_regular
 from ..errors import TruncatedStreamError
 
 
@@ -30,7 +30,7 @@ class Positional:
 
     Raises:
         InvalidInputError: a path to a directory, FIFO, socket or device
-            (:func:`strata.container.open_regular`).
+            (:func:`strata.atomic.open_regular`).
         OSError: a path that cannot be opened.
     """
 

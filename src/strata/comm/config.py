@@ -113,16 +113,16 @@ class CommConfig:
 
     @property
     def grad_alignment(self) -> int:
-        """The gradient reduce-scatter needs shards whose length is a multiple of this: the two-level group sizes,
-        2 (whole bytes of int4 codes) and 32 with the Hadamard transform; 1 for the plain path."""
+        """Shard length multiple the gradient reduce-scatter needs (the least common multiple of the two-level
+        group sizes, 2 for whole bytes of int4 codes and 32 with the Hadamard transform); 1 for the plain path."""
         if self.grad_mode != "two_level":
             return 1
         return math.lcm(self.grad_group_size_intra, self.grad_group_size_inter, 2, 32 if self.hadamard else 1)
 
     @property
     def alignment(self) -> int:
-        """Shard alignment of the sharded optimizer: :attr:`grad_alignment` and the weight group size when the
-        weights are quantized (no group straddles two shards)."""
+        """Shard alignment of the sharded optimizer (the least common multiple of :attr:`grad_alignment` and the
+        weight group size when the weights are quantized, so that no group straddles two shards)."""
         return math.lcm(self.grad_alignment, self.weight_group_size if self.weight_mode != "plain" else 1)
 
 

@@ -464,8 +464,8 @@ class ShardedOptimizer:
             Whatever :func:`strata.checkpoint.save` raises for a value it cannot store or a failed write, on
             the rank where it happened; :class:`InvalidInputError` on the other ranks.
         """
+        from ..atomic import atomic_write
         from ..checkpoint import save
-        from ..container import atomic_write
 
         topo = self.topology
         path = Path(path)

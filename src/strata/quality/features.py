@@ -94,7 +94,7 @@ class Features:
         that path), atomically."""
         import io
 
-        from ..container import atomic_write
+        from ..atomic import atomic_write
 
         buf = io.BytesIO()
         np.savez(buf, **{f.name: np.asarray(getattr(self, f.name)) for f in fields(self)})

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..container import atomic_write
+from ..atomic import atomic_write
 from ..errors import ModelFileError
 from .features import Features
 

@@ -9,7 +9,11 @@ changed) and every CRC (section CRCs, per-chunk CRCs in level heads, mask indexe
 records, the container header's). The parsers and kernels then face the hostile values.
 
 Outcome of a case: it decodes (maybe to other values) or raises a ``strata.errors`` type;
-anything else -- another exception, a crash, a run over the time limit -- is a finding. Cases
+anything else -- another exception, a crash, a run over the time limit, or a result that breaks
+a promise of its stream (``SILENT``, :func:`check_read`: a shape or dtype other than asked for,
+missing points other than the mask and the header's count, valid values beyond the recorded
+valid range widened by the bound) -- is a finding. ``TARGETED_SHARE`` of the lossy cases change
+a header field a read checks against its sections (:func:`targeted_lossy`). Cases
 run in worker subprocesses (``NUMBA_BOUNDSCHECK=1``, a dedicated numba cache, an address-space
 limit), so a segfault or a hang is detected and attributed to its case, which is reproducible
 from ``(seed, index)`` alone: ``benchmarks/fuzz.py --repro SEED:INDEX``.
@@ -1039,7 +1043,9 @@ def mutate(rng: random.Random, blob: bytes, kind: str) -> tuple[bytes, str]:
         return blob + rng.choice([b"\x00", rng.randbytes(rng.randrange(1, 64))]), "stream: trailing bytes"
     for _ in range(8):  # (a mutation may leave the bytes as they were: another one then)
         root = parse(blob, kind)
-        if rng.random() < 0.12:
+        if kind == "lossy" and rng.random() < TARGETED_SHARE:
+            cat = targeted_lossy(rng, root)
+        elif rng.random() < 0.12:
             cat = _SEMANTIC[kind](rng, root)
         else:
             n = 1 if rng.random() < 0.85 else rng.choice([2, 3])
@@ -1150,6 +1156,63 @@ def semantic_lossy(rng: random.Random, root: G) -> str:
                          F("bytes", rng.randbytes(itemsize), "extension: fill bits"),
                          F("f64", 0.0, "extension: first-point prediction"), mask_lens]
     return "semantic: missing-value fields added"
+
+
+#: Share of the lossy cases that change a header field a read checks against its sections
+#: (:func:`targeted_lossy`).
+TARGETED_SHARE = 0.08
+#: Number tokens past float64's range or not numbers, and some that are numbers.
+_NUMBER_TOKENS = [b"1e400", b"-1e400", b"1E+309", b"1.7976931348623159e308", b"NaN", b"Infinity", b"-Infinity",
+                  b"1e-400", b"-0", b"9" * 400, b"0.1e-99999", b"1e99999999999999999999"]
+
+
+def targeted_lossy(rng: random.Random, root: G) -> str:
+    """A change of one of the fields a read checks against the sections they describe (issue
+    35): the header's count of missing points; an exact value's position (its gap) or the
+    exact-value count; the lengths of the last chunk of the last level (``n_rans``, ``n_raw``,
+    the stored values' bytes); a number of the metadata past float64's range or not a number
+    (a JSON token). Returns the category (``"targeted: ..."``); ``"targeted: none"`` when the
+    stream has none of them."""
+    levels = [lv for lv in root.items[5].items if lv.items[3].items]
+    options = [name for name, ok in (("missing count", _find(root, "extension: missing count")),
+                                     ("exact positions", _find(root, "exact: gaps")),
+                                     ("exact count", root.items[3].items), ("last chunk lengths", levels),
+                                     ("metadata numbers", _find(root, "metadata: JSON"))) if ok]
+    if not options:
+        return "targeted: none"
+    what = rng.choice(options)
+    if what == "missing count":
+        f = _find(root, "extension: missing count")[0]
+        f.value = max(1, rng.choice([f.value + 1, f.value - 1, f.value + 2, f.value * 2, f.value // 2, f.value + 100]))
+    elif what == "exact positions":
+        gaps = _find(root, "exact: gaps")
+        g = rng.choice(gaps)
+        g.value = max(0, g.value + rng.choice([-2, -1, 1, 2, 64, 1 << 20]))
+        if len(gaps) > 1 and rng.random() < 0.3:  # two positions swapped
+            a, b = rng.sample(gaps, 2)
+            a.value, b.value = b.value, a.value
+    elif what == "exact count":
+        count = root.items[3].items[0]
+        count.auto, count.value = None, max(0, len(root.items[3].items[1].items) + rng.choice([-2, -1, 1, 2]))
+    elif what == "last chunk lengths":
+        chunk = levels[-1].items[3].items[-1]
+        k = rng.choice([0, 1, 4])  # n_rans, n_raw, or the stored values
+        if k == 4:
+            v = chunk.items[4]
+            itemsize = 4 if _find(root, "header: dtype")[0].value == 1 else 8
+            v.value = v.value + bytes(rng.choice([1, itemsize])) if rng.random() < 0.5 or not v.value else \
+                v.value[:-rng.choice([1, min(itemsize, len(v.value))])]
+        else:
+            f = chunk.items[k]
+            cur = f.auto()
+            f.auto, f.value = None, max(0, cur + rng.choice([-4, -2, -1, 1, 2, 4, 8]))
+    else:
+        doc = _find(root, "metadata: JSON")[0]
+        text = _dumps(doc.fix(doc.value) if doc.fix else doc.value)
+        token = rng.choice(_NUMBER_TOKENS)
+        doc.raw = (b'{"x":' + token + (b"," + text[1:] if len(text) > 2 else b"}")) if text.startswith(b"{") else text
+        doc.fix = None
+    return "targeted: " + what
 
 
 def _weights_record(q) -> G:
@@ -1732,6 +1795,92 @@ def _misbehave(name: str) -> None:
         np.ones(1 << 40, np.uint8)
 
 
+class Silent(Exception):
+    """A read that returned, without an error, a result that breaks a promise of its stream
+    (:func:`check_read`): the outcome ``SILENT``, a failure."""
+
+
+def _expect(ok, what: str) -> None:
+    if not ok:
+        raise Silent(what)
+
+
+def _selected_shape(shape, region) -> tuple:
+    """The shape numpy gives ``region`` of an array of ``shape`` (no array allocated)."""
+    import numpy as np
+
+    return np.broadcast_to(np.empty((), np.uint8), shape)[region].shape
+
+
+def _finite_numbers(obj) -> bool:
+    """Whether every float in a parsed JSON document is finite (walked without recursion: the
+    documents nest as deep as the JSON parser allows)."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return True
+
+
+def check_read(r, y, shape, bound: float | None, whole: bool) -> None:
+    """The promises a read's result ``y`` (an array or MaskedArray of reader ``r``) keeps:
+
+    * its shape is ``shape`` and its dtype the stream's;
+    * with ``bound`` (a full-resolution read of every level: the error bound, or the enhanced
+      read's guarantee; a level's grid: that level's bound; None for a preview, whose values
+      approximate nothing), no NaN at a point its mask calls valid (NaN is always missing), and
+      every valid finite value lies in the stream's recorded valid range widened by ``bound``
+      (the values it approximates lie in that range): a value outside it is detectably outside
+      the bound. The mask is ``y``'s if it is a MaskedArray, none if the stream has no missing
+      points (else the values are not checked);
+    * for a masked read of the ``whole`` array, the mask holds the header's count of missing
+      points, each holding the fill pattern or an exact value (at most as many as the
+      exact-value section can hold).
+
+    Raises:
+        Silent: a promise broken.
+    """
+    import numpy as np
+
+    _expect(y.shape == tuple(shape), f"shape {y.shape}, expected {tuple(shape)}")
+    _expect(y.dtype == r.dtype, f"dtype {y.dtype}, the stream's is {r.dtype}")
+    data = np.ma.getdata(y)
+    if np.ma.isMaskedArray(y):
+        miss = np.ma.getmaskarray(y)
+    elif not r.header.missing_count:
+        miss = np.zeros(data.shape, bool)
+    else:  # (an unmasked read of a stream with missing points: which points are valid is not known)
+        return
+    valid = data[~miss]
+    if bound is None:  # (a preview interpolates: its values approximate nothing, and may overflow)
+        return
+    _expect(not np.isnan(valid).any(), "NaN at a point the mask calls valid")
+    vr = r.valid_range
+    if vr is not None:
+        fin = valid[np.isfinite(valid)].astype(np.float64)
+        if fin.size:
+            lo, hi = vr
+            slack = bound + 1e-12 * (abs(lo) + abs(hi) + bound)
+            _expect(lo - slack <= fin.min() and fin.max() <= hi + slack,
+                    f"valid values {fin.min()!r}..{fin.max()!r} beyond the valid range {lo!r}..{hi!r} "
+                    f"widened by the bound {bound!r}")
+    if whole and np.ma.isMaskedArray(y):
+        h = r.header
+        _expect(int(miss.sum()) == h.missing_count, f"{int(miss.sum())} missing points, the header says "
+                                                     f"{h.missing_count}")
+        if h.missing_count:
+            bits = data.reshape(-1).view(f"<u{data.itemsize}")[miss.reshape(-1)]
+            fill = np.frombuffer(h.fill_bits, f"<u{data.itemsize}")[0]
+            others = int(np.count_nonzero(bits != fill))
+            _expect(others <= max(0, h.exact_len - 4) // (1 + data.itemsize),
+                    f"{others} missing points without the fill pattern, more than the exact values")
+
+
 def _read_lossy(case: Case, source, rng: random.Random, workdir: Path) -> None:
     import strata
     from strata import cf
@@ -1741,15 +1890,33 @@ def _read_lossy(case: Case, source, rng: random.Random, workdir: Path) -> None:
             _ = r.levels, r.settings_text(), r.fill_value, r.valid_range, r.mask_bytes
             _enhancement_info(r)
             _target_info(r)
-            r.read(masked=True, enhance=rng.random() < 0.85)
+            enhance = rng.random() < 0.85
+            y = r.read(masked=True, enhance=enhance)
+            e = r.enhancement if enhance else None
+            check_read(r, y, r.shape, r.guaranteed_error if e is not None and e.stored else r.error_bound, True)
+            _expect(r.missing_count == r.header.missing_count, "missing_count attribute")
+            _expect(r.metadata is None or _finite_numbers(r.metadata), "metadata number not finite")
             cf.parse_metadata(r.metadata)
         elif case.decoder == "level":
             n = len(r.levels)
-            r.read(level=rng.randrange(n) if n else None, full_resolution=rng.random() < 0.5 or not n)
+            level = rng.randrange(n) if n else None
+            full = rng.random() < 0.5 or not n
+            y = r.read(level=level, full_resolution=full)
+            grid = not full and level is not None
+            check_read(r, y, r.levels[level].shape if grid else r.shape,
+                       r.levels[level].error_bound if grid else None, False)
         elif case.decoder == "region":
-            r.read(region=_random_region(rng, r.shape), masked=rng.random() < 0.5)
+            region = _random_region(rng, r.shape)
+            y = r.read(region=region, masked=rng.random() < 0.5)
+            e = r.enhancement
+            check_read(r, y, _selected_shape(r.shape, region),
+                       r.guaranteed_error if e is not None and e.stored else r.error_bound, False)
         elif case.decoder == "mask":
-            r.read_mask(region=_random_region(rng, r.shape) if rng.random() < 0.5 else None)
+            region = _random_region(rng, r.shape) if rng.random() < 0.5 else None
+            m = r.read_mask(region=region)
+            _expect(m.shape == (_selected_shape(r.shape, region) if region is not None else r.shape), "mask shape")
+            if region is None:
+                _expect(int(m.sum()) == r.header.missing_count, "whole mask against the header's count")
         elif case.decoder == "netcdf":
             n = len(r.levels)
             roll = rng.random()
@@ -1788,17 +1955,26 @@ def _read_fields(case: Case, source, rng: random.Random) -> None:
     from strata.enhance.fields import open_fields
 
     if case.decoder == "fields":
-        decompress_fields(source, enhance=rng.random() < 0.85)
+        enhance = rng.random() < 0.85
+        out = decompress_fields(source, enhance=enhance)
         readers = open_fields(source)
-        for r in readers.values():
+        for name, r in readers.items():
             _enhancement_info(r)
+            e = r.enhancement if enhance else None
+            check_read(r, out[name], r.shape, r.guaranteed_error if e is not None and e.stored else r.error_bound,
+                       False)
             r.close()
     elif case.decoder == "fields-region":
         readers = open_fields(source)
         shape = next(iter(readers.values())).shape if readers else ()
-        for r in readers.values():
+        region = _random_region(rng, shape)
+        enhance = rng.random() < 0.9
+        out = decompress_fields(source, region=region, enhance=enhance)
+        for name, r in readers.items():
+            e = r.enhancement if enhance else None
+            check_read(r, out[name], _selected_shape(r.shape, region),
+                       r.guaranteed_error if e is not None and e.stored else r.error_bound, False)
             r.close()
-        decompress_fields(source, region=_random_region(rng, shape), enhance=rng.random() < 0.9)
     else:
         raise ValueError(case.decoder)
 
@@ -1897,6 +2073,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
     name = type(exc).__name__
     if isinstance(exc, StrataError):
         return name, ""
+    if isinstance(exc, Silent):
+        return "SILENT", f"{_where(exc.__traceback__)}: {str(exc)[:300]}"
     return f"other:{name}", f"{_where(exc.__traceback__)}: {str(exc)[:300]}"
 
 
@@ -2325,14 +2503,15 @@ def known_issue(o: Outcome) -> str | None:
 
 
 def is_failure(o: Outcome) -> bool:
-    return o.outcome.startswith("other:") or o.outcome in ("crash", "hang", "fuzzer-error")
+    return o.outcome.startswith("other:") or o.outcome in ("crash", "hang", "fuzzer-error", "SILENT")
 
 
 def table(outcomes: list[Outcome], by: str = "category") -> str:
     """Markdown table: per mutated field (or decoder, base stream, codes), the number of cases,
-    decoded, each strata error type, other exceptions, crashes and hangs."""
+    decoded, each strata error type, SILENT (decoded to a result that breaks a promise,
+    :func:`check_read`), other exceptions, crashes and hangs."""
     errs = sorted({o.outcome for o in outcomes if not is_failure(o) and o.outcome != "decoded"})
-    cols = ["cases", "decoded"] + errs + ["other exceptions", "crashes", "hangs"]
+    cols = ["cases", "decoded"] + errs + ["SILENT", "other exceptions", "crashes", "hangs"]
     if any(o.outcome == "fuzzer-error" for o in outcomes):
         cols.append("fuzzer errors")
     rows: dict[str, dict[str, int]] = {}
@@ -2364,6 +2543,8 @@ def findings(outcomes: list[Outcome], seed: int) -> str:
             # grouped by exception and its deepest frame (without line numbers)
             place = o.detail.split(": ", 1)[0].split(" > ")[-1] if o.outcome.startswith("other:") else ""
             key = o.outcome + " " + place.split(":")[0] + " " + place.split(" ")[-1] if place else o.outcome
+            if o.outcome == "SILENT":  # (grouped by the promise broken)
+                key = f"SILENT {o.detail.split(': ', 1)[-1].split(' ')[0]} ({o.category})"
             groups.setdefault(key, []).append(o)
     lines = []
     for key, os_ in sorted(groups.items(), key=lambda kv: -len(kv[1])):

@@ -188,6 +188,55 @@ def test_harness_detects_crashes_hangs_and_other_exceptions(bases, tmp_path):
     assert "test_fuzz" not in fz.findings(outcomes, 1) and "--repro 1:" in fz.findings(outcomes, 1)
 
 
+def test_targeted_mutations_reach_the_fields_a_read_checks(bases):
+    """Issue 35's header fields each get mutated (the missing count, exact-value positions and
+    count, the last chunk's lengths, metadata numbers past float64), on the bases that hold them."""
+    import random
+
+    blobs = _blobs(bases)
+    cats = set()
+    for b in fz.load_bases(bases):
+        if b.kind == "lossy":
+            for i in range(40):
+                cats.add(fz.targeted_lossy(random.Random(i), fz.parse_lossy(blobs[b.name])))
+    assert {"targeted: missing count", "targeted: exact positions", "targeted: exact count",
+            "targeted: last chunk lengths", "targeted: metadata numbers"} <= cats, cats
+    for i in range(60):  # (a metadata number past float64 is refused)
+        root = fz.parse_lossy(blobs["f64_1d_missing"])
+        if fz.targeted_lossy(random.Random(i), root) == "targeted: metadata numbers":
+            token = fz._find(root, "metadata: JSON")[0].raw[5:].split(b",")[0]
+            if token in (b"1e400", b"NaN", b"Infinity"):
+                with pytest.raises(CorruptStreamError):
+                    _ = strata.open(fz.serialize(root)).metadata
+                return
+    raise AssertionError("no metadata number mutation past float64 drawn")
+
+
+def test_silent_results_are_findings(bases, monkeypatch):
+    """A decode that breaks a promise of its stream is the outcome SILENT, a failure: a bound
+    four times larger in the header (its CRC recomputed) decodes to values beyond the recorded
+    valid range widened by the bound -- which the reader refuses (CorruptStreamError); without
+    that check the fuzzer's own catches it. A whole masked read holds the header's count of
+    missing points."""
+    from strata.lossy import reader as lossy_reader
+
+    blob = _blobs(bases)["f32_3d_noisy"]
+    root = fz.parse_lossy(blob)
+    eb = fz._find(root, "header: eb")[0]
+    eb.value *= 4
+    data = fz.serialize(root)
+    with pytest.raises(CorruptStreamError, match="valid range"):
+        strata.decompress(data)
+    monkeypatch.setattr(lossy_reader.verify, "decoded_range", lambda *args: None)
+    r = strata.open(data)
+    with pytest.raises(fz.Silent, match="valid range"):
+        fz.check_read(r, r.read(masked=True), r.shape, r.error_bound, True)
+    outcome = fz.classify(fz.Silent("x"))[0]
+    assert outcome == "SILENT" and fz.is_failure(fz.Outcome(0, "b", "full", "c", outcome))
+    good = strata.open(_blobs(bases)["f32_3d_missing"])
+    fz.check_read(good, good.read(masked=True), good.shape, good.error_bound, True)
+
+
 def test_fuzz_decoders(bases, fuzz_kernels):
     """Every case decodes or raises a strata error (bounds-checked kernels, a subprocess per
     worker, 5 s per case). Prints the compile (or wait) and fuzz times and the outcome table."""

@@ -56,15 +56,25 @@ def tile_edge(e: Enhancement, budget: int = TILE_BYTES) -> int:
     return max(MIN_TILE_EDGE, math.isqrt(min(budget, TILE_BYTES) // per) - 2 * network.HALO - 2)
 
 
-def _tiles(shape, edge: int) -> list[tuple[int, int, int]]:
-    """``(slice, first row, first column)`` of each tile of a block of ``shape`` (3D)."""
+def _tile_count(shape, edge: int) -> int:
+    """Tiles of a block of ``shape`` (3D): per slice, rows and columns of tiles."""
     depth, height, width = shape
-    return [(k, r, c) for k in range(depth) for r in range(0, height, edge) for c in range(0, width, edge)]
+    return depth * -(-height // edge) * -(-width // edge)
+
+
+def _tile(i: int, shape, edge: int) -> tuple[int, int, int]:
+    """``(slice, first row, first column)`` of tile ``i`` of a block of ``shape`` (slice by
+    slice, rows of tiles in order)."""
+    _, height, width = shape
+    cols = -(-width // edge)
+    k, rest = divmod(i, -(-height // edge) * cols)
+    r, c = divmod(rest, cols)
+    return k, r * edge, c * edge
 
 
 def threads(shape, edge: int) -> int:
     """Threads :func:`enhance_block` runs on for a block of ``shape`` in tiles of ``edge``."""
-    return max(1, min(thread_budget(), len(_tiles(shape, edge))))
+    return max(1, min(thread_budget(), _tile_count(shape, edge)))
 
 
 def working_bytes(e: Enhancement, shape, edge: int) -> int:
@@ -102,11 +112,12 @@ def enhance_block(e: Enhancement, blocks, eb: float, fallback: np.ndarray | None
     weights = tuple(network.unpack(np.ascontiguousarray(e.params, np.float32), e.channels, e.width))
     depth, height, width = values.shape
     edge = tile_edge(e) if edge is None else edge
-    tiles = _tiles(values.shape, edge)
+    n_tiles = _tile_count(values.shape, edge)
     h = network.HALO
 
     def run(first: int, last: int) -> None:
-        for k, r0, c0 in tiles[first:last]:
+        for i in range(first, last):
+            k, r0, c0 = _tile(i, values.shape, edge)
             r1, c1 = min(r0 + edge, height), min(c0 + edge, width)
             k0, k1 = max(0, k - network.SLICE_HALO), min(depth, k + network.SLICE_HALO + 1)
             a0, a1, b0, b1 = max(0, r0 - h), min(height, r1 + h), max(0, c0 - h), min(width, c1 + h)
@@ -119,9 +130,9 @@ def enhance_block(e: Enhancement, blocks, eb: float, fallback: np.ndarray | None
             out[k, r0:r1, c0:c1] = o
 
     n = threads(values.shape, edge)
-    bounds = [len(tiles) * i // n for i in range(n + 1)]
+    bounds = [n_tiles * i // n for i in range(n + 1)]
     if n == 1:
-        run(0, len(tiles))
+        run(0, n_tiles)
     else:
         with ThreadPoolExecutor(n) as pool:
             for f in [pool.submit(run, a, b) for a, b in zip(bounds, bounds[1:])]:

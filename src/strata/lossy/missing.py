@@ -260,7 +260,67 @@ def _work(flat, missing, work, mean):
             work[i] = v
 
 
-def fill_into(out_flat: np.ndarray, missing: np.ndarray, fill_bits: bytes) -> None:
-    """Write the fill pattern into the missing points of ``out_flat`` (``missing`` flat uint8)."""
-    bits = f"u{out_flat.itemsize}"
-    out_flat.view(bits)[missing.view(np.bool_)] = np.frombuffer(fill_bits, "<" + bits)[0]
+def fill_into(out_flat: np.ndarray, missing: np.ndarray, fill_bits: bytes | None):
+    """Write the fill pattern ``fill_bits`` (None: nothing written) into the missing points of
+    ``out_flat`` (a 1-D float32/float64 array; ``missing`` flat uint8, 1 = missing), and measure
+    its other points, in one pass (in parallel when it is large, as :func:`finite_range`).
+
+    Returns:
+        ``(lo, hi, n_not_finite)``: the smallest and largest finite non-missing value (Python
+        floats; None, None when there is none) and how many non-missing values are not finite
+        (NaN or +-Inf).
+    """
+    ints_dtype, sign_shift, magnitude, exponent = _KEY_CONSTANTS[out_flat.itemsize]
+    ints = out_flat.view(ints_dtype)
+    fill = np.frombuffer(fill_bits, "<" + ints_dtype.str[1:])[0] if fill_bits is not None else ints_dtype.type(0)
+    n = out_flat.shape[0]
+    kernel = pick(_fill_range, _fill_range_serial, n < _SERIAL_BELOW)
+    lo, hi, bad = kernel(ints, missing, fill, fill_bits is not None, sign_shift, magnitude, exponent,
+                         max(1, min(_BLOCKS, n // _SERIAL_BELOW)))
+    if lo > hi:
+        return None, None, int(bad)
+    keys = np.array([lo, hi], ints_dtype)
+    lo, hi = (keys ^ ((keys >> sign_shift) & magnitude)).view(out_flat.dtype).tolist()
+    return lo, hi, int(bad)
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _fill_range(ints, missing, fill, write, sign_shift, magnitude, exponent, n_blocks):
+    """:func:`fill_into` on the values' bits ``ints``: order keys (:func:`_key_range`) of the
+    finite non-missing ones, the non-finite non-missing ones counted, ``fill`` written to the
+    missing ones if ``write``; branch-free selects, which compilers vectorize."""
+    n = ints.shape[0]
+    los = np.empty(n_blocks, ints.dtype)
+    his = np.empty(n_blocks, ints.dtype)
+    bad = np.zeros(n_blocks, np.int64)
+    for b in prange(n_blocks):
+        lo = magnitude
+        hi = ~magnitude
+        k = 0
+        i0, i1 = np.uint64(b * n // n_blocks), np.uint64((b + 1) * n // n_blocks)
+        if write:
+            for i in range(i0, i1):
+                v = ints[i]
+                m = missing[i] != 0
+                ints[i] = fill if m else v
+                finite = (v & exponent) != exponent
+                key = v ^ ((v >> sign_shift) & magnitude)
+                use = finite & ~m
+                lo = min(lo, key if use else magnitude)
+                hi = max(hi, key if use else ~magnitude)
+                k += ~(finite | m)
+        else:
+            for i in range(i0, i1):
+                v = ints[i]
+                m = missing[i] != 0
+                finite = (v & exponent) != exponent
+                key = v ^ ((v >> sign_shift) & magnitude)
+                use = finite & ~m
+                lo = min(lo, key if use else magnitude)
+                hi = max(hi, key if use else ~magnitude)
+                k += ~(finite | m)
+        los[b], his[b], bad[b] = lo, hi, k
+    return los.min(), his.max(), bad.sum()
+
+
+_fill_range_serial = serial_variant(_fill_range)

@@ -455,6 +455,10 @@ class LossyReader:
         fb = e.fallback(part.shape, None if box is None else (grown.lo, grown.hi))
         out = enhance_block(e, blocks, self.header.eb, fb, edge)
         m = blocks[0][1]
+        # (within the enhancement's guarantee of values within the valid range: its non-finite
+        # values are the exact ones, kept)
+        lo, hi, _ = missing.fill_into(out.reshape(-1), m.reshape(-1).view(np.uint8), None)
+        verify.decoded_range(lo, hi, 0, self.header.valid_range, self.guaranteed_error)
         if box is None:
             return out.reshape(self.shape), m.reshape(self.shape)
         inner = tuple(slice(a - g, b - g) for a, b, g in zip(target.lo, target.hi, grown.lo))
@@ -528,7 +532,7 @@ class LossyReader:
         codes = np.empty(x.size, dtype=self._codes_dtype(level))
         self._decode(x, codes, miss, level, plan, data, report)
         del codes
-        m = self._finish(x, miss, None, data.exact)
+        m = self._finish(x, miss, None, data.exact, True if level == part.num_levels - 1 else None)
         return x.reshape(self.shape), m.reshape(self.shape)
 
     def _check_missing_count(self, miss: np.ndarray) -> None:
@@ -538,13 +542,33 @@ class LossyReader:
             raise CorruptStreamError(f"the mask holds {n} missing points, the header {self.header.missing_count}")
         self._missing_checked = True
 
-    def _finish(self, x, miss, win: Window | None, exact_values):
+    def _finish(self, x, miss, win: Window | None, exact_values, check):
         """The fill pattern and the exact values (``(positions, values)`` or None) into ``x``
-        (the whole array, or the window ``win``, whose exact values are checked against its
-        mask here); returns the mask (flat bool)."""
+        (flat: the whole array, or the window ``win``, whose exact values are checked against its
+        mask here); returns the mask (flat bool). ``check``: where every point was decoded at
+        its level's bound (not a preview) -- True for all of ``x``, a tuple of slices for a box of
+        the window -- its values at valid points are checked against the header's valid range
+        first (:func:`strata.lossy.verify.decoded_range`); None: nowhere."""
         h = self.header
-        if h.missing_count:
-            missing.fill_into(x, miss, h.fill_bits)
+        lo = hi = None
+        bad = 0
+        if isinstance(check, tuple):  # (a region of a window: measured apart, a copy of its size)
+            box = np.ascontiguousarray(x.reshape(win.shape)[check]).reshape(-1)
+            if h.missing_count:
+                lo, hi, bad = missing.fill_into(box, np.ascontiguousarray(miss.reshape(win.shape)[check]).reshape(-1),
+                                                None)
+            elif h.valid_range is not None:
+                lo, hi = missing.finite_range(box)
+                bad = int(lo is None)
+        if h.missing_count:  # (the fill pattern written and the valid points measured in one pass)
+            measured = missing.fill_into(x, miss, h.fill_bits)
+            if check is True:
+                lo, hi, bad = measured
+        elif check is True and h.valid_range is not None:
+            lo, hi = missing.finite_range(x)
+            bad = int(lo is None)
+        if check is not None:
+            verify.decoded_range(lo, hi, bad, h.valid_range, h.eb)
         if exact_values is not None:
             pos, vals = exact_values
             if win is not None:
@@ -573,7 +597,9 @@ class LossyReader:
         win, (x, miss) = self._decode_windows(level, plan, wins, data, report)
         if self.header.missing_count and full_resolution and box == Box.whole(part.shape):
             self._check_missing_count(miss)
-        m = self._finish(x, miss, win, data.exact)
+        # (a level's grid is decoded whole; a region read's box at full resolution; a preview not)
+        check = True if not full_resolution else win.slices(box) if level == part.num_levels - 1 else None
+        m = self._finish(x, miss, win, data.exact, check)
         if not full_resolution:
             nd = len(self.shape)
             shape = win.shape if nd > 3 else win.shape[3 - nd:]

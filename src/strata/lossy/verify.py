@@ -17,6 +17,11 @@ arrays allocated, so a damaged stream fails with no more memory than its compres
   (:mod:`strata.lossy.missing`): +-Inf at valid points, another bit pattern than the fill
   pattern at missing points.
 
+After decoding, :func:`decoded_range` checks the decoded valid values against the header's
+range of the original ones widened by the bound: a pass the read makes anyway where points are
+missing (the fill pattern written, :func:`strata.lossy.missing.fill_into`), one vectorized pass
+otherwise (:func:`strata.lossy.missing.finite_range`).
+
 What these cannot see without decoding -- a symbol stream that decodes to another length than
 its chunk's, which a stream whose CRCs were recomputed can hold -- the chunk decoders refuse
 while decoding (:mod:`strata.lossy.chunk_decoder`), after the output is allocated.
@@ -130,4 +135,33 @@ def exact_values(positions: np.ndarray, values: np.ndarray, missing: np.ndarray 
             raise CorruptStreamError("an exact value at a missing point repeats the fill pattern")
 
 
-__all__ = ["chunk_frames", "exact_values", "mask_frames", "missing_bounds"]
+def decoded_range(lo, hi, not_finite: int, valid_range, bound: float) -> None:
+    """Check decoded values against the header's range of the valid values: a value ``y`` that
+    approximates an ``x`` of ``[vlo, vhi]`` within ``bound`` lies in ``[vlo - bound, vhi + bound]``
+    (up to float64 rounding: a relative ``1e-12`` of the range's magnitude more), so one beyond it
+    is detectably outside the bound -- a stream whose fields (the bound, the range, the
+    predictor's settings, a chunk's raw bits) were changed with their CRCs recomputed.
+
+    Args:
+        lo, hi: the smallest and largest finite decoded value at the valid points (None: none).
+        not_finite: decoded values at valid points that are NaN or +-Inf (before the exact
+            values are written, there is none).
+        valid_range: the header's ``(vlo, vhi)``, or None (not recorded: only ``not_finite``
+            is checked).
+        bound: the bound in force (the error bound, or an enhanced read's guarantee).
+
+    Raises:
+        CorruptStreamError: a value beyond the range widened by the bound, or not finite.
+    """
+    if not_finite:
+        raise CorruptStreamError(f"{not_finite} decoded values at valid points are not finite")
+    if valid_range is None or lo is None:
+        return
+    vlo, vhi = valid_range
+    slack = bound + 1e-12 * (abs(vlo) + abs(vhi) + bound)
+    if lo < vlo - slack or hi > vhi + slack:
+        raise CorruptStreamError(f"decoded values {lo!r}..{hi!r} lie beyond the valid range {vlo!r}..{vhi!r} "
+                                 f"by more than the bound {bound!r}")
+
+
+__all__ = ["chunk_frames", "decoded_range", "exact_values", "mask_frames", "missing_bounds"]

@@ -123,6 +123,7 @@ class LossyReader:
         self._tables: dict[int, _LevelTables] = {}
         self._mask_index: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._missing_checked = False
+        self._scratch: dict[tuple[int, bool], int] = {}
         self._metadata = None
         self._enhancement = None
         self._target = None
@@ -482,7 +483,7 @@ class LossyReader:
         """Bytes a read of ``plan`` holds at its peak: its ``arrays`` (values, codes, mask,
         chunk tables) and what it reads before it allocates them -- the compressed chunks it
         decodes (codes of levels ``0..level`` if ``codes``, the mask; :meth:`_load`), the
-        chunk decoders' scratch (a grid of a chunk's box per worker), the exact values (the
+        chunk decoders' scratch (per worker, that of the level's largest chunk), the exact values (the
         section and its positions) if ``with_exact`` -- or, while it reads them from a stream
         not held in memory, the largest run of chunks once more (a file's bytes on their way
         in) instead of the arrays. Reads the mask indexes."""
@@ -491,17 +492,30 @@ class LossyReader:
         for lv, ids in mask_chunks.items():
             offsets, _ = self._mask_tables(lv)
             n = int((offsets[ids + 1] - offsets[ids]).sum())
-            held += n + mask.PAD + _scratch(level_geometry(self._part, lv)[4][ids], 2, 0)
+            held += n + mask.PAD + workers(len(ids)) * self._largest_scratch(lv, None) * (len(ids) > 0)
             run = max(run, n)
         for lv, ids in level_chunks.items() if codes else ():
             t = self._level_tables(lv)
             n = int((t.offsets[ids + 1] - t.offsets[ids]).sum())
-            lanes = 25 if t.coder == chunks.CODER_LANES else 0
-            held += n + _PAD + _scratch(level_geometry(self._part, lv, t.tile)[4][ids], 1, lanes)
+            held += n + _PAD + workers(len(ids)) * self._largest_scratch(lv, t) * (len(ids) > 0)
             run = max(run, n)
         # (the section, its positions as int64 twice over, a window's share of them: 10 bytes a byte)
         held += 10 * self.header.exact_len if with_exact else 0
         return held + max(arrays, 0 if self._in_memory else run)
+
+    def _largest_scratch(self, lv: int, tables: _LevelTables | None) -> int:
+        """Scratch bytes a chunk decoder's worker holds for the largest chunk of level ``lv``:
+        its codes' (``tables`` given: a uint8 grid of the box with a low border, and 25 bytes a
+        point of a row for :data:`~strata.lossy.chunks.CODER_LANES`), or its mask's (a uint8
+        grid with a border on both sides)."""
+        key = (lv, tables is None)
+        if key not in self._scratch:
+            boxes = level_geometry(self._part, lv, None if tables is None else tables.tile)[4]
+            border = 2 if tables is None else 1
+            per_row = 25 if tables is not None and tables.coder == chunks.CODER_LANES else 0
+            ext = boxes[:, 1::2] - boxes[:, ::2] + border
+            self._scratch[key] = int((ext.prod(axis=1) + per_row * ext[:, 2]).max()) if len(boxes) else 0
+        return self._scratch[key]
 
     @staticmethod
     def _check_limit(n_bytes: int, limit: int) -> None:
@@ -912,16 +926,6 @@ def _output_limit(max_output_bytes) -> int:
     if v < 0:
         raise InvalidInputError(f"max_output_bytes must be a non-negative integer, not {v!r}")
     return int(v)
-
-
-def _scratch(boxes: np.ndarray, border: int, per_row: int) -> int:
-    """Bytes the chunk decoders' workers hold for the chunks of ``boxes`` (int64 ``(n, 6)``,
-    ``lo, hi`` per axis in grid points): each worker a uint8 grid of the largest box with
-    ``border`` more points along each axis, and ``per_row`` bytes per point of its rows."""
-    if not len(boxes):
-        return 0
-    ext = boxes[:, 1::2] - boxes[:, ::2] + border
-    return workers(len(boxes)) * int((ext.prod(axis=1) + per_row * ext[:, 2]).max())
 
 
 def _geometry(geometry, win: Window | None):

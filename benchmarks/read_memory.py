@@ -172,7 +172,7 @@ def child(src: str, path: Path, warm: Path, kwargs: dict) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--src", default="", help="the src folder of another checkout to read with")
-    ap.add_argument("--tag", default="after")
+    ap.add_argument("--tag", default="after", help="the run's name in the results (its checkout's commit, say)")
     ap.add_argument("--only", default="", help="comma-separated read names (default: all)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "strata-read-memory")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "read_memory")
@@ -196,7 +196,7 @@ def main(argv=None):
     kept = [r for r in runs.get(args.tag, {}).get("rows", []) if r["read"] not in {q["read"] for q in rows}]
     order = list(cases)
     rows = sorted(kept + rows, key=lambda r: order.index(r["read"]) if r["read"] in order else len(order))
-    runs[args.tag] = dict(src=args.src or "this checkout", rows=rows)
+    runs[args.tag] = dict(src="another checkout (--src)" if args.src else "this checkout", rows=rows)
     atomic_write(json_path, json.dumps(dict(machine=machine(), runs=runs), indent=1))
     lines = [f"Machine: {machine()}. Each read in a fresh process after a warm-up: the peak resident memory "
              "it adds (VmHWM from a reset of the peak; glibc's mmap threshold fixed at 128 KiB), the reader's "

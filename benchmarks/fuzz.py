@@ -8,12 +8,13 @@ safetensors file) are parsed into their fields; each case changes one field (or 
 recomputes the lengths and every CRC so the parsers and compiled kernels see the bad values
 (see ``tests/fuzzing.py``). Cases run in worker subprocesses with numba's bounds checking on
 (``NUMBA_BOUNDSCHECK=1``, its own numba cache) and an address-space limit; a case must decode
-or raise a ``strata.errors`` type within 5 s.
+to a result that keeps its stream's promises (else ``SILENT``: ``tests/fuzzing.py``
+``check_read``) or raise a ``strata.errors`` type within 5 s.
 
-Prints the outcome table (per mutated field: cases, decoded, each strata error type, other
-exceptions, crashes, hangs), the same per decoder and per base stream, and every finding with
-the command that reproduces it; writes them to benchmarks/results/fuzz.md. Exit status 1 if a
-case raised another exception, crashed or hung, unless it is a documented issue of a module
+Prints the outcome table (per mutated field: cases, decoded, each strata error type, SILENT,
+other exceptions, crashes, hangs), the same per decoder and per base stream, and every finding
+with the command that reproduces it; writes them to benchmarks/results/fuzz.md. Exit status 1 if
+a case was SILENT, raised another exception, crashed or hung, unless it is a documented issue of a module
 outside the fuzzer's remit (``KNOWN`` in tests/fuzzing.py; each has a strict xfail in
 tests/test_fuzz.py).
 
@@ -148,9 +149,15 @@ def main() -> None:
         + (f" ({late_compile_s:.0f} s of compilation during the cases, not counted)" if late_compile_s else "")
         + ". Each case parses a valid stream "
         "into its fields, changes one (or 2-3: \"combined\"), recomputes lengths and every CRC, and decodes it. "
-        "A case passes when it decodes or raises a `strata.errors` type.",
+        "A case passes when it raises a `strata.errors` type, or decodes to a result that keeps its stream's "
+        "promises (`tests/fuzzing.py` `check_read`: the shape and dtype asked for, no NaN at a valid point, valid "
+        "values within the recorded valid range widened by the bound, a whole mask of the header's missing count "
+        "whose points hold the fill pattern or an exact value, finite metadata numbers); a result that breaks one "
+        "is `SILENT`, a failure. `targeted: ...` rows change the header fields a read checks against its sections "
+        f"({fz.TARGETED_SHARE:.0%} of the lossy cases).",
         "",
-        f"**{len(failures)} failures** (other exceptions, crashes, hangs), {len(known)} of them documented "
+        f"**{len(failures)} failures** (SILENT results, other exceptions, crashes, hangs), {len(known)} of them "
+        "documented "
         "known issues of modules outside the fuzzer's remit.",
         "",
         "## Per mutated field",

@@ -187,7 +187,7 @@ def main() -> None:
     ])
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    from strata.container import atomic_write
+    from strata.atomic import atomic_write
 
     atomic_write(args.out, text)
     print(f"written to {args.out}")

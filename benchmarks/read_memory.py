@@ -41,7 +41,7 @@ from tests import crafted  # noqa: E402
 
 import strata  # noqa: E402
 from common import ROOT, SHARED, machine  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 
 _CHILD = r"""
 import ctypes, json, re, sys, time

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import strata  # noqa: E402
 from common import ROOT, SHARED, machine  # noqa: E402
-from strata.container import atomic_write  # noqa: E402
+from strata.atomic import atomic_write  # noqa: E402
 
 _CHILD = r"""
 import json, statistics, sys, time

@@ -101,13 +101,14 @@ def test_dcp_item_decodes_without_holding_its_stored_bytes(monkeypatch):
 def test_ranges_gather_across_tensors_and_refuse_a_shrunk_file(tmp_path):
     """A chunk of a segment spans several tensors of the file (and skips empty ones); a file
     that shrinks while it is read gives TruncatedStreamError, never a short or stale chunk."""
-    from strata.checkpoint.ranges import Positional, Ranges
+    from strata.checkpoint.ranges import Ranges
+    from strata.container import Source
     from strata.errors import TruncatedStreamError
 
     data = np.random.default_rng(3).integers(0, 256, 5000, dtype=np.uint8).tobytes()
     path = tmp_path / "f"
     path.write_bytes(data)
-    with Positional(path) as f:
+    with Source(path) as f:
         r = Ranges(f, [(0, 10), (100, 0), (200, 50), (4990, 10)])
         assert r.size == 70 and r.read(5, 65).tobytes() == data[5:10] + data[200:250] + data[4990:4995]
         with open(path, "r+b") as g:

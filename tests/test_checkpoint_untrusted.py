@@ -66,7 +66,7 @@ def pair(tmp_path, full) -> tuple[Path, Path]:
 def opened(monkeypatch):
     """The paths :mod:`strata.checkpoint.io` opens, and the most files it held open at once."""
     log = {"paths": [], "open": 0, "most": 0}
-    real = io.Positional
+    real = io.Source
 
     class Tracking(real):
         def __init__(self, source):
@@ -76,11 +76,11 @@ def opened(monkeypatch):
             log["most"] = max(log["most"], log["open"])
 
         def close(self):
-            if self._file is not None:
+            if self._own is not None:
                 log["open"] -= 1
             super().close()
 
-    monkeypatch.setattr(io, "Positional", Tracking)
+    monkeypatch.setattr(io, "Source", Tracking)
     return log
 
 

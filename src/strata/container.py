@@ -20,14 +20,13 @@ from __future__ import annotations
 import io
 import os
 import struct
+import threading
 import zlib
 from typing import BinaryIO
 
 import numpy as np
 
-# atomic writes live in strata.atomic; imported here too for the modules that take them from
-# the container
-from .atomic import atomic_dir, atomic_path, atomic_write, open_regular  # noqa: F401
+from .atomic import open_regular
 from .checksum import crc32_parts
 from .errors import CorruptStreamError, FormatError, ResourceLimitError, TruncatedStreamError
 from .varint import put_many
@@ -77,12 +76,20 @@ def checked_body(data, what: str, min_body: int = 0) -> memoryview:
 
 
 class Source:
-    """Random access to a stream held in memory, in a file, or behind a file object.
+    """Random access to a stream held in memory, in a file, or behind a file object, safe from
+    several threads at once (the checkpoint coders read their chunks in parallel).
+
+    A file opened here is read with ``os.pread``/``os.preadv`` (the file offset never moves, so
+    reads need no lock); a file object, or a platform without ``pread``, is read under a lock
+    with ``seek``.
 
     Args:
         source: ``bytes``-like object, a path, or a binary file object opened for reading
             (seekable). A path is opened here (:func:`strata.atomic.open_regular`) and closed by
             :meth:`close`.
+
+    Attributes:
+        size: the stream's length in bytes (a file object's: from its position at the call).
 
     Raises:
         TypeError: ``source`` is none of these.
@@ -91,41 +98,72 @@ class Source:
     """
 
     def __init__(self, source: SourceLike):
-        self._own = None
+        self._own = self._f = self._mem = None
+        self._base = 0
+        self._lock = threading.Lock()
         if isinstance(source, (bytes, bytearray, memoryview)):
             self._mem = memoryview(source).cast("B")
             self.size = len(self._mem)
-            self._f = None
         elif isinstance(source, (str, os.PathLike)):
             self._f = self._own = open_regular(source)
-            self._mem = None
             self.size = os.fstat(self._f.fileno()).st_size
         elif hasattr(source, "read") and hasattr(source, "seek"):
             self._f = source
-            self._mem = None
             self._base = source.tell()
             self.size = source.seek(0, io.SEEK_END) - self._base
         else:
             raise TypeError(f"cannot read a strata stream from {type(source).__name__}")
-        if self._f is not None and self._own is not None:
-            self._base = 0
+
+    def _check(self, offset: int, n: int, what: str) -> None:
+        if offset < 0 or n < 0 or offset + n > self.size:
+            raise TruncatedStreamError(f"stream truncated: {what} needs bytes "
+                                       f"{offset}..{offset + n}, the stream has {self.size}")
+
+    def _positional(self) -> bool:
+        return self._own is not None and hasattr(os, "preadv")
 
     def read(self, offset: int, n: int, what: str = "stream"):
-        """``n`` bytes at ``offset`` (a memoryview for in-memory sources).
+        """``n`` bytes at ``offset`` (a memoryview for in-memory sources, else bytes).
 
         Raises:
             TruncatedStreamError: fewer than ``n`` bytes are there.
         """
-        if offset < 0 or n < 0 or offset + n > self.size:
-            raise TruncatedStreamError(f"stream truncated: {what} needs bytes "
-                                       f"{offset}..{offset + n}, the stream has {self.size}")
+        self._check(offset, n, what)
         if self._mem is not None:
             return self._mem[offset:offset + n]
-        self._f.seek(self._base + offset)
-        data = self._f.read(n)
+        if self._positional():
+            data = os.pread(self._f.fileno(), n, offset)
+            if 0 < len(data) < n:  # (one read returns at most about 2 GiB)
+                out = bytearray(n)
+                out[:len(data)] = data
+                self.read_into(offset + len(data), np.frombuffer(out, np.uint8)[len(data):], what)
+                data = bytes(out)
+        else:
+            with self._lock:
+                self._f.seek(self._base + offset)
+                data = self._f.read(n)
         if len(data) != n:
             raise TruncatedStreamError(f"stream truncated while reading {what}")
         return data
+
+    def read_into(self, offset: int, out: np.ndarray, what: str = "stream") -> None:
+        """Fill ``out`` (a contiguous uint8 array) with the bytes at ``offset``, without an
+        intermediate copy for a file opened here.
+
+        Raises:
+            TruncatedStreamError: fewer than ``out.size`` bytes are there.
+        """
+        n = out.size
+        if not self._positional():
+            out[:] = np.frombuffer(self.read(offset, n, what), np.uint8)
+            return
+        self._check(offset, n, what)
+        got = 0
+        while got < n:  # (one read returns at most about 2 GiB)
+            k = os.preadv(self._f.fileno(), [out[got:]], offset + got)
+            if k == 0:
+                raise TruncatedStreamError(f"stream truncated while reading {what}")
+            got += k
 
     def close(self) -> None:
         if self._own is not None:

@@ -56,10 +56,10 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_path
-from ..container import KIND_CHECKPOINT, MAX_HEADER, check_crc, crc32, pack, stream_version, unpack_header
+from ..container import KIND_CHECKPOINT, MAX_HEADER, Source, check_crc, crc32, pack, stream_version, unpack_header
 from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import codec
-from .ranges import Positional, Ranges
+from .ranges import Ranges
 from .state import NUMPY_DTYPES, TORCH_NAMES, Tensor, TorchBytes, check_skeleton, flatten, unflatten
 
 #: Largest decoded segment strata will allocate (1 TiB); larger ones raise ``ResourceLimitError``.
@@ -354,7 +354,7 @@ def _check(h, name: str, size: int, off: int) -> _Layout:
     return _Layout(spans, raw_at, record_at)
 
 
-def _read_header(src: Positional, name: str, seen: tuple | None = None) -> tuple[dict, _Layout, bytes, int]:
+def _read_header(src: Source, name: str, seen: tuple | None = None) -> tuple[dict, _Layout, bytes, int]:
     """The validated JSON header of the checkpoint stream ``src``, its layout, its raw bytes
     and the container header's CRC-32 (what identifies the file's content: it covers the
     segments' checksums); ``seen``: ``(raw header, stream size, header, layout)`` of an
@@ -408,7 +408,7 @@ def header(path) -> dict:
     """The JSON header of a checkpoint file (segments, tensors, base), validated, without
     decoding."""
     path = Path(path)
-    with Positional(path) as src:
+    with Source(path) as src:
         return _read_header(src, path.name)[0]
 
 
@@ -458,7 +458,7 @@ def read(path, workers: int | None = None) -> Snapshot:
     p, want, want_crc = path, None, None
     while True:
         try:
-            src = Positional(p)
+            src = Source(p)
         except OSError as exc:
             if want is None:
                 raise
@@ -489,7 +489,7 @@ def read(path, workers: int | None = None) -> Snapshot:
         links.append(entries(bpath))
         p, want, want_crc = bpath, h["base"]["id"], h["base"].get("crc")
     for p, want, header_seen in reversed(chain):
-        with Positional(p) as src:
+        with Source(p) as src:
             h, lay, _, crc = _read_header(src, p.name, header_seen)
             if (h["id"] != want or h["base"] is None or h["base"]["id"] != snap.id
                     or h["base"].get("crc", snap.file_crc) != snap.file_crc):
@@ -500,7 +500,7 @@ def read(path, workers: int | None = None) -> Snapshot:
     return snap
 
 
-def _decode(src: Positional, h: dict, lay: _Layout, name: str, base: Snapshot | None, workers) -> Snapshot:
+def _decode(src: Source, h: dict, lay: _Layout, name: str, base: Snapshot | None, workers) -> Snapshot:
     """Decode the sections of a checkpoint whose header ``h`` is validated, over ``base``.
 
     Records of version 3 on are read chunk by chunk as they are decoded (never whole); a delta
@@ -637,13 +637,13 @@ def safetensors_snapshot(data) -> Snapshot:
     read chunk by chunk when the snapshot is coded.
 
     Args:
-        data: the file's bytes (bytes-like), or a :class:`~strata.checkpoint.ranges.Positional`
+        data: the file's bytes (bytes-like), or a :class:`~strata.container.Source`
             open on it (which must stay open until the snapshot is coded).
 
     Raises:
         FormatError: not a safetensors file.
     """
-    src = data if isinstance(data, Positional) else Positional(data)
+    src = data if isinstance(data, Source) else Source(data)
     if src.size < 8:
         raise FormatError("not a safetensors file (too short)")
     (n,) = struct.unpack("<Q", bytes(src.read(0, 8, "safetensors header length")))
@@ -703,7 +703,7 @@ def compress_safetensors(src, dst, base=None, workers: int | None = None) -> Non
     """
     if entry(dst) in entries(src):
         raise InvalidInputError(f"{Path(dst).name} is the safetensors file being compressed: write elsewhere")
-    with Positional(src) as file:
+    with Source(src) as file:
         snap = safetensors_snapshot(file)
         base_snap, base_file = _read_base(base, Path(dst), workers)
         parts = encode_parts(snap, base_snap, base_file, workers)

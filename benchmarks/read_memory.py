@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import crafted  # noqa: E402
 
 import strata  # noqa: E402
-from common import ROOT, SHARED, machine  # noqa: E402
+from common import ROOT, machine  # noqa: E402
+from region_memory import field  # noqa: E402
 from strata.atomic import atomic_write  # noqa: E402
 
 _CHILD = r"""
@@ -98,15 +99,6 @@ if accounted is not None:  # (the read at the limit of its own need: an enhanced
 print(json.dumps(dict(peak_added=peak, accounted=accounted, peak_at_accounted=peak_at, outcome=outcome,
                       out_bytes=out_bytes, seconds=seconds)))
 """
-
-
-def field(n: int) -> np.ndarray:
-    src = SHARED / "data" / "sci" / "ns3d192_vx_t1p8_192x192x192.f32"
-    if src.exists():
-        a = np.fromfile(src, "<f4").reshape(192, 192, 192)
-        return np.ascontiguousarray(np.tile(a, (2, 2, 2))[:n, :n, :n])
-    i = np.linspace(0, 6 * np.pi, n, dtype=np.float32)
-    return (np.sin(i)[:, None, None] * np.cos(i)[None, :, None] + np.sin(2 * i)[None, None, :]).astype(np.float32)
 
 
 def streams(folder: Path) -> dict:

@@ -293,7 +293,7 @@ def atomic_path(path, *, replace: bool = True):
     except OSError as exc:
         raise _about(exc, path, None) from exc
     os.close(fd)
-    try:
+    with _removed_on_failure(tmp, path):
         yield tmp
         os.chmod(tmp, _FILE_MODE)
         with open(tmp, "rb+") as f:
@@ -302,6 +302,14 @@ def atomic_path(path, *, replace: bool = True):
             os.replace(tmp, path)
         else:
             _rename_noreplace(tmp, path)
+
+
+@contextmanager
+def _removed_on_failure(tmp, path: Path):
+    """Remove the temporary ``tmp`` when the block fails; an ``OSError`` is raised naming the
+    user's ``path`` (:func:`_about`)."""
+    try:
+        yield
     except OSError as exc:
         _remove(tmp)
         new = _about(exc, path, tmp)
@@ -346,19 +354,10 @@ def atomic_dir(path, replace: bool = False):
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=_temp_prefix(path.name, TEMP_TAG)))
     except OSError as exc:
         raise _about(exc, path, None) from exc
-    try:
+    with _removed_on_failure(tmp, path):
         os.chmod(tmp, _DIR_MODE)
         yield tmp
         _install_dir(tmp, path, replace)
-    except OSError as exc:
-        _remove(tmp)
-        new = _about(exc, path, tmp)
-        if new is exc:
-            raise
-        raise new from exc
-    except BaseException:
-        _remove(tmp)
-        raise
 
 
 def _install_dir(tmp: Path, path: Path, replace: bool) -> None:

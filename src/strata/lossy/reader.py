@@ -192,8 +192,8 @@ class LossyReader:
 
     @property
     def enhancement(self):
-        """The stream's enhancement section (:class:`strata.enhance.section.Enhancement`: mode,
-        whether a network is stored, the encoder's figures), or None.
+        """The stream's enhancement section (a :class:`strata.enhance.section.Enhancement` with
+        the mode, whether a network is stored and the encoder's figures), or None.
 
         Raises:
             CorruptStreamError: the section is damaged.
@@ -221,8 +221,8 @@ class LossyReader:
 
     @property
     def guaranteed_error(self) -> float:
-        """Bound on ``|x - y|`` of every valid value of a full read: the error bound, twice
-        it for a stream with a stored 2x enhancement."""
+        """Bound on ``|x - y|`` of every valid value of a full read (the error bound; twice it
+        for a stream with a stored 2x enhancement)."""
         e = self.enhancement
         return self.header.eb * (2 if e is not None and e.stored and e.mode_name == "2x" else 1)
 

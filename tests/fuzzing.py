@@ -338,6 +338,7 @@ def parse_lossy(blob: bytes) -> G:
     metadata_len = 0
     vrange = None
     enhance_len = target_len = 0
+    lattice = None
     if flags is not None:
         if flags & 1:
             missing_count, fill, origin = r.varint(), r.take(itemsize), r.f64()
@@ -350,6 +351,8 @@ def parse_lossy(blob: bytes) -> G:
             enhance_len = r.varint()
         if flags & 16:
             target_len = r.varint()
+        if flags & 32:
+            lattice = (r.f64(), r.f64(), r.varint())
     if r.pos != len(hbytes):
         raise ValueError("header has trailing bytes")
 
@@ -461,6 +464,9 @@ def parse_lossy(blob: bytes) -> G:
             ext.append(F("varint", enhance_len, E + "enhancement length", auto=lambda: len(ser(enhancement))))
         if flags & 16:
             ext.append(_target_length(target))
+        if flags & 32:
+            ext += [F("f64", lattice[0], E + "lattice offset"), F("f64", lattice[1], E + "lattice step"),
+                    F("varint", lattice[2], E + "lattice steps of error")]
         hf.append(G(ext, E + "fields"))
     header = G(hf, "header")
     trailing = G([target, enhancement], "stream: trailing sections")
@@ -1576,6 +1582,13 @@ def _build_bases(folder: Path, part: int | None, parts: int) -> list[Base]:
             with_target(strata.compress(a, rel_error=1e-3), TargetRecord("psnr", 60.0, 60.3, 2)))
     out.append(Base("f32_3d_target", "lossy", "f32_3d_target.strata",
                     tuple(d for d in LOSSY_DECODERS if d != "netcdf")))
+    # on a lattice (strata.lossy.lattice): integer counts with holes, coded losslessly; 0.01 dB
+    # steps with one step of error
+    a = np.rint(smooth((10, 24, 30), np.float32) * 3).astype(np.float32)
+    a[2:4, 5:9, :] = np.nan
+    lossy("f32_3d_lattice", a, abs_error=0.4)
+    a = (np.rint(smooth((40, 50), np.float64) * 100) * 0.01).astype(np.float64)
+    lossy("f64_2d_lattice_step", a, abs_error=0.0105)
     out += _enhanced_bases(folder, mine)
 
     if mine(1):
@@ -2245,7 +2258,11 @@ def run_pool(folder, seed: int, indices, decoders=ALL_DECODERS, workers: int = 2
     others, in a fresh worker with 10x the time (a compilation, a loaded machine), and is a
     hang if it runs over that too."""
     env = worker_env()
-    logdir = Path(logdir or tempfile.mkdtemp(prefix="strata-fuzz-logs-"))
+    # the workers' temporary folders (and the logs, unless kept in ``logdir``) live in one folder
+    # removed at the end: a worker is killed, never left to tidy up
+    scratch = Path(tempfile.mkdtemp(prefix="strata-fuzz-run-"))
+    env["TMPDIR"] = str(scratch)
+    logdir = Path(logdir or scratch / "logs")
     logdir.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, str(Path(__file__).resolve()), "--worker", str(folder), str(seed), ",".join(decoders),
             str(headroom)]
@@ -2337,6 +2354,7 @@ def run_pool(folder, seed: int, indices, decoders=ALL_DECODERS, workers: int = 2
             except OSError:
                 pass
             w.kill()
+        shutil.rmtree(scratch, ignore_errors=True)
     return [results[i] for i in sorted(results)], compiled_s[0]
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from .._numba import kernel_threads, workers
 from ..container import KIND_LOSSY, Source, Writer, crc32, pack, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError, UnsupportedDtypeError
-from . import chunk_encoder, chunks, exact, missing
+from . import chunk_encoder, chunks, exact, lattice, missing
 from . import mask as mask_coder
 from . import metadata as meta
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
@@ -126,21 +126,25 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     prep = missing.prepare(a, miss)
     mode, value, eb = absolute_bound(prep.valid_range, abs_error, rel_error)
     metadata_section = meta.section(metadata)
+    on = lattice.choose(a.reshape(-1), prep.missing, eb, prep.valid_range)
     header = LossyHeader(a.shape, a.dtype, mode, value, eb, valid_range=prep.valid_range,
-                         metadata_len=len(metadata_section))
+                         metadata_len=len(metadata_section), lattice=on)
     if a.size == 0:
         return pack(KIND_LOSSY, header.to_bytes(), [metadata_section] if metadata_section else [])
     report = progress or (lambda done, total: None)
-    orig = prep.work
+    orig = prep.work if on is None else on.to_steps(prep.work)  # (on a lattice: its indices)
     if prep.count:
         header.missing_count, header.fill_bits, header.origin_pred = prep.count, prep.fill_bits, prep.valid_mean
+        if on is not None:
+            header.origin_pred = (prep.valid_mean - on.offset) / on.step
     # the prediction's working array (without missing points, one that need not hold the
     # data: see predict_all) and codes, lent to the tuner's trials first
     work = np.empty_like(orig) if prep.missing is None else None
     codes = np.empty(orig.size, np.int32)
     trial = None
     if settings is None:
-        settings, trial = choose(orig.reshape(a.shape), eb, header.origin_pred, prep.missing, work, codes)
+        settings, trial = choose(orig.reshape(a.shape), header.coding_eb, header.origin_pred, prep.missing, work,
+                                 codes)
     header.order, header.flat = settings.order, settings.flat
     header.alpha8, header.beta8 = settings.alpha8, settings.beta8
     part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
@@ -227,7 +231,7 @@ def predict_all(orig: np.ndarray, missing: np.ndarray, part: Partition, header: 
     if codes is None:
         codes = np.empty(orig.size, dtype=np.int32)
     bounds = header.step_bounds(part.steps)
-    encode_origin(x, codes, orig, bounds[0] if bounds else header.eb, header.origin_pred)
+    encode_origin(x, codes, orig, bounds[0] if bounds else header.coding_eb, header.origin_pred)
     plan = part.plan_passes(None, len(part.steps) - 1)
     encode_passes(x, codes, orig, missing, np.array(part.shape, np.int64),
                   pass_table(plan, bounds, header.cubic, part, ("rows", "all")))

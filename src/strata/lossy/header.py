@@ -7,7 +7,7 @@ the length of the exact-value section, and per level the lengths of its head and
 then an optional extension (streams written before it have none): flags, the missing-value
 fields (count, fill pattern, the first point's prediction, per level the lengths of its mask
 index and mask payload), the metadata section's length, the valid range, the enhancement section's length,
-the target section's length.
+the target section's length, the lattice the values are coded on (:mod:`strata.lossy.lattice`).
 Every size is validated against ``MAX_ELEMENTS`` and the stream length before anything is
 allocated.
 """
@@ -22,6 +22,7 @@ import numpy as np
 
 from ..container import Reader, Writer
 from ..errors import CorruptStreamError, ResourceLimitError
+from .lattice import EXACT_INTEGER, Lattice
 from .partition import Partition, Step, as_3d_shape
 
 #: Largest number of values strata decodes (2**40, 4 TiB of float32).
@@ -33,9 +34,9 @@ DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8")}
 DTYPE_CODES = {np.dtype("float32"): 1, np.dtype("float64"): 2}
 BOUND_ABS, BOUND_REL = 0, 1
 #: Extension flags.
-EXT_MISSING, EXT_METADATA, EXT_RANGE, EXT_ENHANCE, EXT_TARGET = 1, 2, 4, 8, 16
+EXT_MISSING, EXT_METADATA, EXT_RANGE, EXT_ENHANCE, EXT_TARGET, EXT_LATTICE = 1, 2, 4, 8, 16, 32
 #: Flags a reader knows; a stream with a higher bit set is refused (a later writer's section).
-EXT_KNOWN = 32
+EXT_KNOWN = 64
 ORDERS = list(itertools.permutations(range(3)))
 
 
@@ -103,6 +104,8 @@ class LossyHeader:
     #: Bytes of the target section (:mod:`strata.lossy.target`), after the levels and before the
     #: enhancement section; 0: none.
     target_len: int = 0
+    #: The lattice the valid values are coded on (their index ``k``), or None (the values).
+    lattice: Lattice | None = None
 
     @property
     def size(self) -> int:
@@ -111,9 +114,16 @@ class LossyHeader:
     def partition(self) -> Partition:
         return Partition.get(as_3d_shape(self.shape), self.order, self.flat)
 
+    @property
+    def coding_eb(self) -> float:
+        """The bound the predictor and quantizer work with: ``eb``, or on a lattice the bound
+        of the lattice index (:attr:`strata.lossy.lattice.Lattice.coding_bound`, in steps)."""
+        return self.lattice.coding_bound if self.lattice is not None else self.eb
+
     def step_bounds(self, steps: tuple[Step, ...]) -> tuple[float, ...]:
-        """Absolute error bound of each step (IEEE multiplications only: reproducible)."""
-        return step_bounds(steps, self.eb, self.alpha8, self.beta8)
+        """Coding bound of each step (of :attr:`coding_eb`; IEEE multiplications only:
+        reproducible)."""
+        return step_bounds(steps, self.coding_eb, self.alpha8, self.beta8)
 
     def cubic(self, step_index: int) -> bool:
         return bool((self.cubic_mask >> step_index) & 1)
@@ -133,7 +143,7 @@ class LossyHeader:
             w.varint(lv.head_len).varint(lv.payload_len)
         flags = ((EXT_MISSING if self.missing_count else 0) | (EXT_METADATA if self.metadata_len else 0)
                  | (EXT_RANGE if self.valid_range is not None else 0) | (EXT_ENHANCE if self.enhance_len else 0)
-                 | (EXT_TARGET if self.target_len else 0))
+                 | (EXT_TARGET if self.target_len else 0) | (EXT_LATTICE if self.lattice is not None else 0))
         w.u8(flags)
         if self.missing_count:
             w.varint(self.missing_count).raw(self.fill_bits).f64(self.origin_pred)
@@ -147,6 +157,8 @@ class LossyHeader:
             w.varint(self.enhance_len)
         if self.target_len:
             w.varint(self.target_len)
+        if self.lattice is not None:
+            w.f64(self.lattice.offset).f64(self.lattice.step).varint(self.lattice.m)
         return w.getvalue()
 
     @classmethod
@@ -233,3 +245,9 @@ class LossyHeader:
             self.target_len = r.varint(stream_size)
             if self.target_len == 0:
                 raise CorruptStreamError("empty target section")
+        if flags & EXT_LATTICE:
+            offset, step, m = r.f64(), r.f64(), r.varint(EXACT_INTEGER[8])
+            if not (math.isfinite(offset) and math.isfinite(step) and step > 0 and m * step <= self.eb):
+                raise CorruptStreamError(f"invalid lattice (offset {offset}, step {step}, {m} steps of error under "
+                                         f"the bound {self.eb})")
+            self.lattice = Lattice(offset, step, m)

@@ -238,14 +238,16 @@ class LossyReader:
         for k in range(part.num_levels):
             steps = part.level_steps(k)
             n = len(steps)
-            worst = max([worst, *self._bounds[first:first + n]]) if n else max(worst, self.header.eb)
+            worst = max([worst, *self._bounds[first:first + n]]) if n else max(worst, self.header.coding_eb)
             first += n
             stride = part.level_stride(k)
             shape = grid_shape(part.shape, stride)
             if nd <= 3:
                 stride, shape = stride[3 - nd:], shape[3 - nd:]
             lv = self.header.levels[k]
-            out.append(LevelInfo(k, tuple(shape), tuple(stride), worst,
+            h = self.header
+            bound = worst if h.lattice is None else h.lattice.data_bound(worst, h.eb)
+            out.append(LevelInfo(k, tuple(shape), tuple(stride), bound,
                                  lv.total, part.level_points(k), self._level_offsets[k]))
         return out
 
@@ -564,6 +566,8 @@ class LossyReader:
         the window -- its values at valid points are checked against the header's valid range
         first (:func:`strata.lossy.verify.decoded_range`); None: nowhere."""
         h = self.header
+        if h.lattice is not None:  # (the decoded lattice indices rounded and mapped back)
+            h.lattice.restore(x, miss)
         lo = hi = None
         bad = 0
         if isinstance(check, tuple):  # (a region of a window: measured apart, a copy of its size)
@@ -728,7 +732,7 @@ class LossyReader:
         # base grid: one chunk, every step
         shape = np.array(part.shape, np.int64)
         self._decode_chunks(0, data.codes.pop(0), x, codes, miss)
-        decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb, h.origin_pred)
+        decode_origin(x, codes, self._bounds[0] if self._bounds else h.coding_eb, h.origin_pred)
         base_plan = part.plan_passes(None, part.base_steps - 1)
         decode_passes(x, codes, miss, shape, pass_table(base_plan, self._bounds, h.cubic, part, ("rows", "base")))
         total = len(step_passes) + 1
@@ -793,7 +797,7 @@ class LossyReader:
             shape, geo = w.shape_array, w.geo
             if lv == 0:
                 self._decode_chunks(0, data.codes.pop(0), x, codes, miss, w)
-                decode_origin(x, codes, self._bounds[0] if self._bounds else h.eb, h.origin_pred)
+                decode_origin(x, codes, self._bounds[0] if self._bounds else h.coding_eb, h.origin_pred)
                 table = w.table(part.plan_passes(None, part.base_steps - 1), self._bounds, h.cubic)
                 decode_passes(x, codes, miss, shape, table, geo)
             else:

@@ -187,3 +187,34 @@ def test_chunk_count_matches_the_chunks(shape):
     for level in range(part.num_levels):
         for tile in (None, 1, 2, 5, 16, 64):
             assert part.chunk_count(level, tile) == part.chunk_boxes(level, tile).shape[0]
+
+
+def test_level_wise_bounds_are_kept_when_they_shrink_the_estimate():
+    """The tuner tries SZ3's/QoZ's level-wise bounds on its best interpolation and keeps them only
+    when the estimated size shrinks by LEVEL_MARGIN; a smooth 3-D field takes them."""
+    from dataclasses import replace
+
+    from strata.lossy.tune import LEVEL_FACTORS, LEVEL_MARGIN, choose, estimate_bits, sample_boxes
+
+    from .synthetic import waves
+
+    taken = 0
+    for shape, seed, rel in (((48, 48, 48), 0, 1e-2), ((48, 48, 48), 1, 1e-3), ((40, 200), 2, 1e-2)):
+        a = waves(shape, seed, np.float32)
+        eb = rel * float(np.ptp(a))
+        settings, _ = choose(a, eb)
+        shape3 = as_3d_shape(a.shape)
+        flat = a.reshape(-1)
+
+        def bits(s, flat=flat, shape3=shape3, eb=eb):
+            return estimate_bits(flat, shape3, eb, s, sample_boxes(shape3))[0]
+
+        plain = bits(replace(settings, alpha8=8, beta8=8))
+        if (settings.alpha8, settings.beta8) != (8, 8):
+            taken += 1
+            assert (settings.alpha8, settings.beta8) in LEVEL_FACTORS
+            assert bits(settings) < (1 - LEVEL_MARGIN) * plain
+        else:
+            alpha8, beta8 = LEVEL_FACTORS[0]
+            assert bits(replace(settings, alpha8=alpha8, beta8=beta8)) >= (1 - LEVEL_MARGIN) * plain
+    assert taken

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit
@@ -47,6 +47,15 @@ class Settings:
     cubic: bool = True
 
 
+#: Level-wise bound factors ``(alpha8, beta8)`` tried after none, in this order while each
+#: shrinks the estimate (SZ3's and QoZ's ``alpha``, ``beta`` times 8: the stride-``2**j`` step's
+#: bound is ``eb / min(alpha**j, beta)``; Liu et al., QoZ, SC'22, Sec. IV-B) ...
+LEVEL_FACTORS = ((9, 10),)
+#: ... kept only when they shrink the estimated size by this share at least (the estimate's
+#: error on the sampled finest steps). Both chosen with each family of the project's data held
+#: out in turn (benchmarks/lofo_level_factors.py): every choice without a family was this one or
+#: within 0.4 % of its ratio on that family.
+LEVEL_MARGIN = 0.02
 #: Sampled fraction of the values (at least one box, at most ``MAX_BOXES``).
 SAMPLE_FRACTION = 0.01
 MAX_BOXES = 16
@@ -316,4 +325,14 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
                                                 missing, shared_codes)
         if best_bits is None or bits < best_bits:
             best, best_bits, best_trial = c, bits, Trial(trial_codes, hist)
+    # level-wise bounds (QoZ): tried on the best interpolation, from the mildest on while each one
+    # shrinks the estimate
+    for alpha8, beta8 in LEVEL_FACTORS:
+        c = replace(best, alpha8=alpha8, beta8=beta8)
+        key = (c.order, c.flat)
+        bits, trial_codes, hist = estimate_bits(flat, shape3, eb, c, boxes, plans[key], works[key], origin_pred,
+                                                missing, shared_codes)
+        if bits >= (1 - LEVEL_MARGIN) * best_bits:
+            break
+        best, best_bits, best_trial = c, bits, Trial(trial_codes, hist)
     return best, (best_trial if boxes is None else None)

@@ -156,7 +156,12 @@ def test_feature_file_refuses_other_npz_files(tmp_path):
     np.savez(tmp_path / "pickled.npz", **dict(_feature_arrays(f), residuals=np.array([object()] * 3)))
     np.savez(tmp_path / "layout.npz", **dict(_feature_arrays(f), residuals=np.zeros(5)))
     np.savez(tmp_path / "itemsize.npz", **dict(_feature_arrays(f), itemsize=np.array(2)))
-    for name in ("garbage.npz", "other.npz", "pickled.npz", "layout.npz", "itemsize.npz", "absent.npz"):
+    older = {k: v for k, v in _feature_arrays(f).items()  # (the layout before issue 36's features)
+             if k not in ("value_min", "zero_share", "mode_share", "lattice", "mask_edges")}
+    np.savez(tmp_path / "older.npz", **older)
+    np.savez(tmp_path / "edges.npz", **dict(_feature_arrays(f), mask_edges=np.array([0.0, 2.0, 0.0])))
+    for name in ("garbage.npz", "other.npz", "pickled.npz", "layout.npz", "itemsize.npz", "older.npz", "edges.npz",
+                 "absent.npz"):
         with pytest.raises(InvalidInputError, match="feature file"):
             Features.load(tmp_path / name)
 
@@ -182,6 +187,85 @@ def test_feature_file_refuses_fields_of_the_wrong_kind(tmp_path, change):
     np.savez(path, **dict(_feature_arrays(f), **change))
     with pytest.raises(InvalidInputError):
         Features.load(path)
+
+
+# the features of what the predictors missed on unseen families (issue 36): missing share and
+# mask edges, sparse values, the lattice
+
+
+def test_mask_edges_follow_the_boundary_of_the_missing_points():
+    """A coastline-like half plane missing: edges across the boundary's axis only, about one
+    pair in 300 along it; scattered holes: many more edges; no missing value: none."""
+    a = waves((120, 300), seed=3)
+    half = a.copy()
+    half[:, :150] = np.nan
+    f = quality.features(half)
+    assert f.missing_share == pytest.approx(0.5)
+    assert f.mask_edges[0] == 0 and f.mask_edges[1] == 0
+    assert 0.1 / 300 < f.mask_edges[2] < 10 / 300
+    scattered = with_nan(a, np.random.default_rng(2).random(a.shape) < 0.3)
+    g = quality.features(scattered)
+    assert g.missing_share == pytest.approx(0.3, abs=0.01)
+    assert g.mask_edges[1] > 0.2 and g.mask_edges[2] > 0.2  # (2 p (1 - p) = 0.42 of the pairs)
+    assert (quality.features(a).mask_edges == 0).all()
+    # the mask's cost: predicted ratios of the scattered holes below those of the half plane's
+    # valid values (same values, far more mask)
+    p_half = quality.predict(half, rel_error=1e-3)["ratio"]
+    p_scat = quality.predict(scattered, rel_error=1e-3)["ratio"]
+    assert p_scat < p_half
+
+
+def test_zero_and_mode_shares_of_sparse_fields():
+    a = waves((200, 300), seed=3)
+    rng = np.random.default_rng(5)
+    sparse = np.where(rng.random(a.shape) < 0.7, np.float32(0), a)
+    f = quality.features(sparse)
+    assert f.zero_share == pytest.approx(0.7, abs=0.05) and f.mode_share == pytest.approx(0.7, abs=0.05)
+    shifted = quality.features(sparse + np.float32(5))  # (the most common value is 5, not 0)
+    assert shifted.zero_share == 0 and shifted.mode_share == pytest.approx(0.7, abs=0.05)
+    smooth = quality.features(a)
+    assert smooth.zero_share == 0 and smooth.mode_share < 0.01
+
+
+@pytest.mark.parametrize("step, offset", [(1.0, 0.0), (3.0, 1.0), (0.01, 0.0), (0.5, -32.0)])
+def test_lattice_step_of_integer_and_fixed_step_fields(step, offset):
+    """Integers (MRI counts), a multiple of 3, 0.01 dB steps (GPM reflectivity), radar codes
+    0.5 * k - 32: the lattice strata would code on, found on the sample."""
+    k = np.rint(waves((150, 200), seed=3).astype(np.float64) * 400)
+    a = (offset + step * k).astype(np.float32)  # (computed in float64, as the lattice's values are)
+    f = quality.features(a)
+    assert f.lattice[1] == pytest.approx(step, rel=1e-6)
+    assert (f.lattice[0] - offset) / step == pytest.approx(round((f.lattice[0] - offset) / step), abs=1e-6)
+    assert (quality.features(waves((150, 200), seed=3)).lattice == 0).all()  # (off any lattice)
+
+
+def test_bounds_below_half_a_lattice_step_are_predicted_lossless():
+    """strata codes an integer field losslessly at any bound below half a step: PSNR inf,
+    SSIM 1 and one ratio for all such bounds (the same stream); coarser bounds compress more.
+    SZ3 has no lattice: its predictions stay lossy. The measured strata stream agrees."""
+    a = np.rint(waves((150, 200), seed=3) * 400).astype(np.float32)  # (range ~ 2000 steps)
+    vr = float(a.max() - a.min())
+    fine = [0.4 / vr, 0.2 / vr, 1e-2 / vr, 1e-3 / vr]
+    p = quality.predict(a, rel_error=fine)
+    assert all(v == math.inf for v in p["psnr"]) and all(v == 1.0 for v in p["ssim"])
+    assert len(set(p["ratio"])) == 1 and p["ratio"][0] > 1
+    coarse = quality.predict(a, rel_error=[1e-2, 1e-3])
+    assert coarse["ratio"][0] > coarse["ratio"][1] > p["ratio"][0]
+    assert all(math.isfinite(v) for v in coarse["psnr"])
+    sz3 = quality.predict(a, compressor="sz3", rel_error=fine)
+    assert all(math.isfinite(v) for v in sz3["psnr"])
+    blob = strata.compress(a, rel_error=fine[0])
+    assert np.array_equal(strata.decompress(blob), a)
+    assert 1 / 1.5 <= p["ratio"][0] / (a.nbytes / len(blob)) <= 1.5
+
+
+def test_lattice_features_do_not_depend_on_the_unit():
+    a = np.rint(waves((100, 120), seed=4) * 300).astype(np.float32)
+    ref = quality.predict(a, rel_error=[1e-2, 1e-3, 1e-5])
+    p = quality.predict(a * np.float32(2.0) ** -20, rel_error=[1e-2, 1e-3, 1e-5])
+    assert p["psnr"][2] == math.inf
+    for m in ("ratio", "psnr", "ssim"):
+        assert p[m] == pytest.approx(ref[m], rel=1e-9), m
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,7 +502,8 @@ TAMPERED = {
     "weight-changed": (_change_weight, "digest"),
     "array-dropped": (_drop("strata/ratio/b2", False), "digest"),
     "array-dropped-redigested": (_drop("strata/ratio/b2", True), "lacks"),
-    "version-2": (_set("version", 2), "version 2"),
+    "version-3": (_set("version", 3), "version 3"),
+    "version-1": (_set("version", 1), "version 1"),  # (the layout before the sparse/lattice/mask inputs)
     "version-0": (_set("version", 0), "version 0"),
     "inputs-shorter": (_set("inputs", list(model.INPUTS[:-1])), "other inputs"),
     "inputs-reordered": (_set("inputs", list(reversed(model.INPUTS))), "other inputs"),
@@ -430,7 +515,8 @@ TAMPERED = {
                    "non-finite"),
     "wrong-shape": (_array("strata/psnr/w2", lambda w: w[:, :-1]), "shape"),
     "negative-scale": (_array("sz3/ratio/scale", lambda s: -s), "non-positive scale"),
-    "zero-out-scale": (_array("zfp/ssim/out", lambda o: np.array([o[0], 0.0])), "non-positive scale"),
+    "zero-out-scale": (_array("zfp/ssim/out", lambda o: o * np.array([1.0, 0.0])), "non-positive scale"),
+    "members-differ": (_array("strata/ratio/b2", lambda b: b[:-1]), "shape"),
 }
 
 
@@ -488,7 +574,9 @@ def test_resaved_predictors_load_and_predict_identically(tmp_path):
     for key, m in p.table.items():
         for name in model.Mixture.ARRAYS:
             assert np.array_equal(getattr(q.table[key], name), getattr(m, name))
-        assert (q.table[key].out_mean, q.table[key].out_scale) == (m.out_mean, m.out_scale)
+        assert np.array_equal(q.table[key].out_mean, m.out_mean) and np.array_equal(q.table[key].out_scale,
+                                                                                     m.out_scale)
+        assert m.gate_b.shape[0] == p.info["members"] >= 1
     f = quality.features(field("2d_f32"))
     for c in quality.COMPRESSORS:
         assert quality.predict(f, compressor=c, rel_error=RELS, predictors=q) == \

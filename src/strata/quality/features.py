@@ -13,13 +13,24 @@ the field:
   non-finite value are left out.
 * **Local variances** of ``WINDOW`` x ``WINDOW`` windows in the last two axes (the windows
   of SSIM, Wang et al., IEEE TIP 2004), at ``WINDOWS`` random places.
+* **Sampled values** (``STD_SAMPLES`` at random places, plus a strided sample as strata's
+  lattice search takes): their standard deviation, the share of exact zeros and of the most
+  common value (sparse fields: mostly-zero volumes, dry radar pixels), and the lattice strata
+  would find (:mod:`strata.lossy.lattice`: its guess from its strided sample, checked on the
+  sampled values instead of every value), which tells whether strata codes lattice indices at
+  a bound, losslessly below half a step.
+* **Mask edges**: in the sampled windows, the share of neighbour pairs along each axis of which
+  one point is missing and the other not (the cost of strata's context-coded mask grows with
+  its boundary).
 * Global statistics: size, dtype, long axes, share of missing values, value range (a full
-  pass: the relative bound needs it), standard deviation of the sampled values.
+  pass: the relative bound needs it).
 
 :meth:`Features.at` turns them into the per-bound estimates the predictors correct: the
 quantized entropy of the residuals with the closed-loop noise of reconstructed neighbours,
 the mean squared error of that quantization (hence a PSNR) and an SSIM from the window
-variances and that error.
+variances and that error; for strata as its encoder would code the field: on the lattice when
+:func:`strata.lossy.lattice.choose`'s rule takes it at that bound, with the level-wise bounds
+(:data:`strata.lossy.tune.LEVEL_FACTORS`) when they shrink the estimate as the tuner asks.
 """
 from __future__ import annotations
 
@@ -31,6 +42,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import InvalidInputError
+from ..lossy import lattice as lattice_rules
 from ..lossy import tune
 from ..lossy.partition import as_3d_shape
 
@@ -76,6 +88,14 @@ class Features:
             (:func:`_flat_candidates`); the first refines no axis first.
         window_var: float64 (WINDOWS,): variances of the sampled SSIM windows in units of the
             value range squared (computed on values in range units), NaN where a window held a missing value.
+        value_min: min of the valid values (data unit).
+        zero_share: share of exact zeros among the sampled valid values.
+        mode_share: share of the most common value among the sampled valid values.
+        lattice: float64 (2,): ``(offset, step)`` of the lattice every sampled valid value lies
+            on exactly (:mod:`strata.lossy.lattice`), ``(0, 0)`` when none.
+        mask_edges: float64 (3,): along each axis of the 3D view, the share of sampled
+            neighbour pairs of which exactly one point is missing (0 without missing values or
+            where the axis is 1 long).
     """
 
     shape: tuple
@@ -88,6 +108,11 @@ class Features:
     residuals: np.ndarray
     flat: np.ndarray
     window_var: np.ndarray
+    value_min: float
+    zero_share: float
+    mode_share: float
+    lattice: np.ndarray
+    mask_edges: np.ndarray
 
     def save(self, path) -> None:
         """Write the features to ``path`` (an ``.npz`` archive of plain arrays, at exactly
@@ -114,13 +139,20 @@ class Features:
                       long_axes=int(kw["long_axes"]), n_valid=int(kw["n_valid"]),
                       missing_share=float(kw["missing_share"]), value_range=float(kw["value_range"]),
                       std=float(kw["std"]), residuals=kw["residuals"].astype(np.float64),
-                      flat=kw["flat"].astype(np.bool_), window_var=kw["window_var"].astype(np.float64))
+                      flat=kw["flat"].astype(np.bool_), window_var=kw["window_var"].astype(np.float64),
+                      value_min=float(kw["value_min"]), zero_share=float(kw["zero_share"]),
+                      mode_share=float(kw["mode_share"]), lattice=kw["lattice"].astype(np.float64),
+                      mask_edges=kw["mask_edges"].astype(np.float64))
         except Exception as exc:  # (zip, npy, missing keys, wrong kinds: all mean "not a feature file")
-            raise InvalidInputError(f"{path} is not a strata.quality feature file: {exc}") from exc
+            raise InvalidInputError(f"{path} is not a strata.quality feature file (or one of an older "
+                                    f"layout): {exc}") from exc
         if (out.residuals.shape != (len(STRIDES), 3, SAMPLES_PER_GROUP) or out.flat.ndim != 2 or out.flat.shape[1] != 3
                 or not len(out.flat) or out.window_var.shape != (WINDOWS,) or out.itemsize not in (4, 8)
                 or not math.isfinite(out.value_range) or out.value_range < 0 or not 0 <= out.missing_share <= 1
-                or any(n < 0 for n in out.shape)):
+                or any(n < 0 for n in out.shape) or not math.isfinite(out.value_min)
+                or not 0 <= out.zero_share <= 1 or not 0 <= out.mode_share <= 1
+                or out.lattice.shape != (2,) or not np.isfinite(out.lattice).all() or out.lattice[1] < 0
+                or out.mask_edges.shape != (3,) or not ((out.mask_edges >= 0) & (out.mask_edges <= 1)).all()):
             raise InvalidInputError(f"{path}: a feature file of another layout or with values out of range")
         return out
 
@@ -128,18 +160,63 @@ class Features:
     def n_values(self) -> int:
         return math.prod(self.shape)
 
-    def at(self, eb: float) -> dict:
+    def on_lattice(self, eb: float):
+        """The :class:`strata.lossy.lattice.Lattice` strata would code the field on at the
+        absolute bound ``eb`` (its rule, :func:`strata.lossy.lattice.choose`, applied to the
+        sampled lattice), or None."""
+        if not self.lattice[1] > 0 or not math.isfinite(eb):
+            return None
+        dtype = np.dtype(np.float32 if self.itemsize == 4 else np.float64)
+        lo = self.value_min
+        return lattice_rules._usable((float(self.lattice[0]), float(self.lattice[1])), eb, dtype,
+                                     (lo, lo + self.value_range))
+
+    def at(self, eb: float, strata: bool = True) -> dict:
         """Model-free estimates at the absolute error bound ``eb`` (data unit, > 0).
 
         Returns a dict: ``bits`` (estimated bits/value of the quantization codes, order-0
-        entropy plus unpredictable values, over the valid values), ``zero_share`` (share of
-        codes in the zero bin), ``nmse`` (estimated mean squared error over the value range
-        squared), ``psnr`` (dB), ``ssim`` (mean SSIM from the window variances and the error).
-        Where the compressor's tuner may refine a short, rough axis first (``flat``), the
-        smaller of the two estimates is taken.
+        entropy plus unpredictable values, over the valid values), ``ctx_bits`` (the same with
+        each code's entropy conditioned on the magnitude of the previous code of its line, as
+        strata's context coder sees it), ``zero_share`` (share of codes in the zero bin),
+        ``nmse`` (estimated mean squared error over the value range squared), ``psnr`` (dB;
+        inf when the field decodes exactly), ``ssim`` (mean SSIM from the window variances and
+        the error), ``lattice_m`` (with ``strata``: the steps of error strata allows on the
+        lattice it codes on, 0 = lossless; -1 off a lattice) and ``level_factors`` (whether the
+        level-wise bounds were taken). Where the compressor's tuner may refine a short, rough
+        axis first (``flat``), the smaller of the estimates is taken; with ``strata`` the
+        encoder's lattice rule and level-wise bounds (:data:`strata.lossy.tune.LEVEL_FACTORS`,
+        kept when they shrink the estimate by :data:`strata.lossy.tune.LEVEL_MARGIN`) apply.
         """
-        e = eb / self.value_range if self.value_range > 0 else 1.0
-        group = _group_estimates(self.residuals, e, 8 * self.itemsize, _closed_loop_noise())  # (S, 3, 3)
+        on = self.on_lattice(eb) if strata else None
+        scale = self.value_range if self.value_range > 0 else 1.0
+        if on is not None:  # (lattice indices coded with the bound m + 1/2 - slack steps)
+            s = on.step / scale
+            e, noise = on.coding_bound * s, on.m * s
+        else:
+            e = eb / self.value_range if self.value_range > 0 else 1.0
+            noise = e
+        best = self._estimate(e, noise, np.ones(len(STRIDES)))
+        level = False
+        if strata:
+            for alpha8, beta8 in tune.LEVEL_FACTORS:
+                f = np.array([min((alpha8 / 8) ** j, beta8 / 8) for j in range(len(STRIDES))])
+                est = self._estimate(e, noise, f)
+                if est[0] >= (1 - tune.LEVEL_MARGIN) * best[0]:
+                    break
+                best, level = est, True
+        bits, nmse, zero, ctx_bits = (float(v) for v in best)
+        if on is not None:  # (decoded indices rounded: errors of 0..m whole steps)
+            nmse = on.m * (on.m + 1) / 3 * (on.step / scale) ** 2
+        psnr = -10 * math.log10(nmse) if nmse > 0 else math.inf
+        return dict(bits=bits, ctx_bits=ctx_bits, zero_share=zero, nmse=nmse, psnr=psnr,
+                    ssim=self.ssim_at(nmse) if nmse > 0 else 1.0, lattice_m=-1 if on is None else on.m,
+                    level_factors=level)
+
+    def _estimate(self, e: float, noise: float, factors: np.ndarray) -> np.ndarray:
+        """``(bits, nmse, zero share, context bits)`` with bound ``e / factors[s]`` at stride
+        ``s`` (range units) and reconstructed neighbours off by ``noise / factors[s]``."""
+        group = _group_estimates(self.residuals, e / factors, noise / factors, 8 * self.itemsize,
+                                 _closed_loop_noise())  # (S, 3, 4)
         sampled = np.isfinite(group[..., 0])
         best = None
         for flat in self.flat:
@@ -150,10 +227,8 @@ class Features:
             if best is None or est[0] < best[0]:
                 best = est
         if best is None:  # nothing sampled (tiny or almost all missing): every value its own bin
-            best = np.array([8.0 * self.itemsize, e * e / 3, 0.0])
-        bits, nmse, zero = (float(v) for v in best)
-        psnr = -10 * math.log10(nmse) if nmse > 0 else math.inf
-        return dict(bits=bits, zero_share=zero, nmse=nmse, psnr=psnr, ssim=self.ssim_at(nmse))
+            best = np.array([8.0 * self.itemsize, e * e / 3, 0.0, 8.0 * self.itemsize])
+        return best
 
     def ssim_at(self, nmse: float) -> float:
         """SSIM of the windows if each got independent errors of mean square ``nmse`` (over the
@@ -220,32 +295,108 @@ def features(array, *, mask=None, fill_value=None) -> Features:
     residuals = np.full((len(STRIDES), 3, SAMPLES_PER_GROUP), np.nan)
     starts = rng.random((len(STRIDES), 3, SAMPLES_PER_GROUP // RUN, 3))
     _residuals(a3, m3, miss.size > 0, np.array(STRIDES, np.int64), starts, residuals)
-    flats = _flat_candidates(a3.shape, residuals)
+    flats = _flat_candidates(a3, m3, miss.size > 0)
     window_var = np.full(WINDOWS, np.nan)
-    _windows(a3, m3, miss.size > 0, float(lo), unit, rng.random((WINDOWS, 3)), window_var)
-    std = _sample_std(a3, m3, miss.size > 0, float(lo), unit, rng.random((STD_SAMPLES, 3)))  # (in range units)
+    edges = np.zeros((3, 2))
+    _windows(a3, m3, miss.size > 0, float(lo), unit, rng.random((WINDOWS, 3)), window_var, edges, n_missing > 0)
+    vals = _sample_values(a3, m3, miss.size > 0, rng.random((STD_SAMPLES, 3)))
+    std = math.sqrt(_variance((vals - float(lo)) / unit)) if vals.size >= 2 else 0.0  # (in range units)
+    zero_share, mode_share = _shares(vals)
+    found = _lattice(flat, miss, vals)
     residuals /= unit
     long_axes = sum(n > 1 for n in a3.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mask_edges = np.where(edges[:, 1] > 0, edges[:, 0] / np.maximum(edges[:, 1], 1), 0.0)
     return Features(shape=tuple(a.shape), itemsize=a.dtype.itemsize, long_axes=long_axes, n_valid=n_valid,
                     missing_share=n_missing / a.size, value_range=vrange, std=std, residuals=residuals,
-                    flat=flats, window_var=window_var)
+                    flat=flats, window_var=window_var, value_min=float(lo), zero_share=zero_share,
+                    mode_share=mode_share, lattice=np.array(found if found is not None else (0.0, 0.0), np.float64),
+                    mask_edges=mask_edges)
 
 
-def _flat_candidates(shape, residuals: np.ndarray) -> np.ndarray:
-    """The flat-axis settings strata's tuner would try (:func:`strata.lossy.tune.candidates`:
-    a short axis across which the data vary ``ROUGH_RATIO`` times more than along the others),
-    judged by the mean absolute stride-1 residual along each axis: bool (k, 3), first row
-    none flat."""
-    with np.errstate(invalid="ignore"):
-        rough = [float(np.nanmean(np.abs(residuals[0, d]))) if np.isfinite(residuals[0, d]).any() else math.nan
-                 for d in range(3)]
+def _shares(vals: np.ndarray) -> tuple[float, float]:
+    """``(share of exact zeros, share of the most common value)`` of sampled values."""
+    if not vals.size:
+        return 0.0, 0.0
+    _, counts = np.unique(vals, return_counts=True)
+    return float(np.count_nonzero(vals == 0)) / vals.size, float(counts.max()) / vals.size
+
+
+def _lattice(flat: np.ndarray, miss: np.ndarray, vals: np.ndarray):
+    """``(offset, step)`` of the lattice strata would find (:func:`strata.lossy.lattice.choose`),
+    or None: its guess from its own strided sample, checked on the sampled valid values ``vals``
+    (float64) instead of every value; integers whose strided sample overstates the step get the
+    step of ``vals`` and the strided sample together (strata takes every value's)."""
+    itemsize = flat.dtype.itemsize
+    with np.errstate(all="ignore"):
+        strided = lattice_rules._sample(flat, miss)
+        guess = lattice_rules._guess(strided, itemsize)
+    check = np.ascontiguousarray(np.concatenate([vals, strided]).astype(flat.dtype))
+    if not check.size:
+        return None
+    if guess is not None and not _on(check, guess) and float(guess[1]).is_integer():
+        with np.errstate(all="ignore"):
+            guess = lattice_rules._guess(np.unique(check.astype(np.float64)), itemsize)
+    if guess is None or not _on(check, guess):
+        return None
+    big = max(abs(float(np.min(check))), abs(float(np.max(check)))) if check.size else 0.0
+    if (big + abs(guess[0])) / guess[1] >= lattice_rules.EXACT_INTEGER[itemsize]:
+        return None  # (indices beyond the dtype's exact integers: strata never codes them)
+    return guess
+
+
+def _on(values: np.ndarray, guess) -> bool:
+    offset, step = guess
+    if not (step > 0 and math.isfinite(step) and math.isfinite(offset)):
+        return False
+    return lattice_rules._exact(values, np.zeros(0, np.uint8), offset, step)
+
+
+def _flat_candidates(a3, m3, has_missing) -> np.ndarray:
+    """The flat-axis settings strata's tuner tries (:func:`strata.lossy.tune.candidates`: a
+    short axis across which the data vary ``ROUGH_RATIO`` times more than along the others,
+    by :func:`strata.lossy.tune.roughness`'s measure on the same lines, missing points left
+    out as the tuner leaves out its NaN): bool (k, 3), first row none flat."""
+    rough = _roughness(a3, m3, has_missing)
+    shape = a3.shape
     out = [(False, False, False)]
     for d, n in enumerate(shape):
-        others = [rough[e] for e in range(3) if e != d and shape[e] > 1 and math.isfinite(rough[e])]
-        if 2 <= n <= tune.FLAT_MAX and math.isfinite(rough[d]) and others \
-                and rough[d] > tune.ROUGH_RATIO * max(others):
+        others = [rough[e] for e in range(3) if e != d and shape[e] > 1]
+        if 2 <= n <= tune.FLAT_MAX and others and rough[d] > tune.ROUGH_RATIO * max(others):
             out.append(tuple(e == d for e in range(3)))
     return np.array(out, np.bool_)
+
+
+@njit(nogil=True, cache=True)
+def _roughness(a3, m3, has_missing):
+    """:func:`strata.lossy.tune.roughness` with the missing points of ``m3`` left out: mean
+    absolute difference of neighbours along each axis on about 64 whole lines, an eighth of each
+    other axis apart."""
+    out = np.zeros(3)
+    n = a3.shape
+    for d in range(3):
+        if n[d] < 2:
+            continue
+        e1, e2 = (1, 2) if d == 0 else ((0, 2) if d == 1 else (0, 1))
+        k1, k2 = max(1, n[e1] // 8), max(1, n[e2] // 8)
+        total, count = 0.0, 0
+        for i1 in range(0, n[e1], k1):
+            for i2 in range(0, n[e2], k2):
+                for j in range(n[d] - 1):
+                    if d == 0:
+                        p, q = (j, i1, i2), (j + 1, i1, i2)
+                    elif d == 1:
+                        p, q = (i1, j, i2), (i1, j + 1, i2)
+                    else:
+                        p, q = (i1, i2, j), (i1, i2, j + 1)
+                    if has_missing and (m3[p] or m3[q]):
+                        continue
+                    v = np.float64(a3[q]) - np.float64(a3[p])
+                    if np.isfinite(v):
+                        total += abs(v)
+                        count += 1
+        out[d] = total / count if count else 0.0
+    return out
 
 
 @lru_cache(maxsize=256)
@@ -331,13 +482,17 @@ def _residuals(a3, m3, has_missing, strides, starts, out):
 
 
 @njit(nogil=True, cache=True)
-def _windows(a3, m3, has_missing, lo, unit, starts, out):
+def _windows(a3, m3, has_missing, lo, unit, starts, out, edges, count_edges):
     """Sample variance (as skimage's SSIM) of ``WINDOW`` x ``WINDOW`` windows in the last
     two axes (the whole extent of a shorter axis), of the values in units of the range
-    (``(x - lo) / unit``); NaN where a window holds a missing value."""
+    (``(x - lo) / unit``); NaN where a window holds a missing value. ``edges[d]`` (float64
+    (3, 2)) accumulates, along axis ``d``, the neighbour pairs of the windows' points (along
+    axis 0: each point and the next slice's) of which exactly one is missing, and all pairs
+    (with ``count_edges``: only where some value is missing)."""
     n = a3.shape
     w1, w2 = min(WINDOW, n[1]), min(WINDOW, n[2])
     m = w1 * w2
+    e0 = e1 = e2 = p0 = p1 = p2 = 0
     for r in range(starts.shape[0]):
         i = int(starts[r, 0] * n[0])
         j0 = int(starts[r, 1] * (n[1] - w1 + 1))
@@ -350,6 +505,18 @@ def _windows(a3, m3, has_missing, lo, unit, starts, out):
                 if (has_missing and m3[i, j, k]) or not np.isfinite(v):
                     ok = False
                 total += (v - lo) / unit
+                if not count_edges:
+                    continue
+                here = (has_missing and m3[i, j, k] != 0) or not np.isfinite(v)
+                if i + 1 < n[0]:
+                    e0 += here != ((has_missing and m3[i + 1, j, k] != 0) or not np.isfinite(a3[i + 1, j, k]))
+                    p0 += 1
+                if j + 1 < j0 + w1:
+                    e1 += here != ((has_missing and m3[i, j + 1, k] != 0) or not np.isfinite(a3[i, j + 1, k]))
+                    p1 += 1
+                if k + 1 < k0 + w2:
+                    e2 += here != ((has_missing and m3[i, j, k + 1] != 0) or not np.isfinite(a3[i, j, k + 1]))
+                    p2 += 1
         if not ok:
             continue
         mean = total / m
@@ -359,6 +526,12 @@ def _windows(a3, m3, has_missing, lo, unit, starts, out):
                 d = (a3[i, j, k] - lo) / unit - mean
                 sq += d * d
         out[r] = sq / max(1, m - 1)
+    edges[0, 0] += e0
+    edges[0, 1] += p0
+    edges[1, 0] += e1
+    edges[1, 1] += p1
+    edges[2, 0] += e2
+    edges[2, 1] += p2
 
 
 @njit(nogil=True, cache=True)
@@ -369,7 +542,8 @@ def _variance(v):
 
 
 @njit(nogil=True, cache=True)
-def _sample_std(a3, m3, has_missing, lo, unit, starts):
+def _sample_values(a3, m3, has_missing, starts):
+    """The valid values (float64, the data's unit) at the sampled places ``starts``."""
     n = a3.shape
     q = np.zeros(3, np.int64)
     vals = np.empty(starts.shape[0])
@@ -379,61 +553,124 @@ def _sample_std(a3, m3, has_missing, lo, unit, starts):
             q[e] = int(starts[r, e] * n[e])
         ok, v = _at(a3, m3, has_missing, q)
         if ok:
-            vals[c] = (v - lo) / unit
+            vals[c] = v
             c += 1
-    return np.sqrt(_variance(vals[:c])) if c >= 2 else 0.0
+    return vals[:c]
+
+
+#: Entropy (bits) up to which the plug-in estimate of ``SAMPLES_PER_GROUP`` codes is trusted;
+#: beyond, the codes are binned 2, 4, ... times coarser until their entropy is below it, and each
+#: halving adds a bit (a sample of 512 cannot show more than 9 bits: fine bounds would be
+#: underestimated).
+SAFE_BITS = 5.0
 
 
 @njit(nogil=True, cache=True)
-def _group_estimates(residuals, e, raw_bits, noise):
-    """``(S, 3, 3)``: bits/value, mean squared error and zero-bin share of each sampled
-    (stride, axis) group quantized with bound ``e`` (residuals and ``e`` in units of the value
-    range; NaN for a group without samples). Reconstructed neighbours carry the quantization
-    error: ``noise`` (units of the bound) is added to each residual."""
+def _group_estimates(residuals, e, scale, raw_bits, noise):
+    """``(S, 3, 4)``: bits/value, mean squared error, zero-bin share and context bits/value of
+    each sampled (stride, axis) group quantized with bound ``e[stride]`` (residuals and bounds
+    in units of the value range; NaN for a group without samples). Reconstructed neighbours
+    carry the quantization error: ``noise`` (units of ``scale[stride]``, the largest error of a
+    reconstructed value) is added to each residual. Context bits: the entropy of each code given
+    the magnitude class (0, 1, 2 or more; unknown at the start of a run or after a missing point)
+    of the previous code of its run, as strata's context coder conditions on coded neighbours.
+    A residual of exactly 0 (a constant stencil) gets no noise with the probability that its
+    stencil's points had residuals of exactly 0 at the next coarser stride. Entropies above
+    :data:`SAFE_BITS` are taken from coarser bins (see there)."""
     s_n, d_n, n = residuals.shape
-    out = np.full((s_n, d_n, 3), np.nan)
+    out = np.full((s_n, d_n, 4), np.nan)
     q = np.empty(n)
+    key = np.empty(n)
+    rcs = np.empty(n)
+    ctx = np.empty(n, np.int64)
+    # share of exact-zero residuals per stride: the reconstructed stencil of a zero residual at
+    # stride s is exact when its points' own residuals (stride 2s) were exactly 0 too
+    zeros = np.zeros(s_n)
     for si in range(s_n):
+        cnt = 0
+        for d in range(d_n):
+            for k in range(n):
+                r = residuals[si, d, k]
+                if np.isfinite(r):
+                    cnt += 1
+                    zeros[si] += r == 0
+        zeros[si] = zeros[si] / cnt if cnt else 0.0
+    # (a stencil point is exact when its own stencil was: the shares multiply up the strides)
+    exacts = np.ones(s_n)
+    for si in range(s_n - 2, -1, -1):
+        exacts[si] = (min(1.0, zeros[si + 1] / zeros[si]) if zeros[si] > 0 else 0.0) * exacts[si + 1]
+    for si in range(s_n):
+        es = e[si]
+        exact = exacts[si]
         for d in range(d_n):
             c = 0
             sq = 0.0
             zero = 0
             big = 0
+            prev = -1  # (magnitude class of the previous code of the run, -1 unknown)
             for k in range(n):
+                if k % RUN == 0:
+                    prev = -1
                 r = residuals[si, d, k]
                 if not np.isfinite(r):
+                    prev = -1
                     continue
-                rc = r + e * noise[k]
-                b = np.rint(rc / (2 * e))
+                # (a residual of exactly 0 comes from a constant stencil -- a run of zeros, a
+                # flat background -- whose reconstructed neighbours are exact, no noise, for the
+                # share ``exact`` of them: the sampled places k / n spread it evenly)
+                rc = r + scale[si] * noise[k] if r != 0 or (k + 0.5) / n >= exact else 0.0
+                b = np.rint(rc / (2 * es))
                 if abs(b) > RADIUS - 1:  # an unpredictable value: stored whole, no error
                     big += 1
+                    prev = 2
                     continue
-                err = rc - 2 * e * b
+                err = rc - 2 * es * b
                 sq += err * err
                 zero += b == 0
-                q[c] = b
+                rcs[c] = rc
+                ctx[c] = prev + 1
+                prev = min(int(abs(b)), 2)
                 c += 1
             m = c + big
             if m == 0:
                 continue
-            srt = np.sort(q[:c])
-            h = 0.0
-            run = 1
-            bins = 0
-            for k in range(1, c + 1):
-                if k < c and srt[k] == srt[k - 1]:
-                    run += 1
-                    continue
-                p = run / m
-                h -= p * np.log2(p)
-                run = 1
-                bins += 1
-            # Miller-Madow: the plug-in entropy of m draws is low by about (bins - 1) / (2 m ln 2)
-            h += max(0, bins - 1) / (2 * m * np.log(2.0))
+            h, hc = 0.0, 0.0
+            for j in range(40):  # (coarser bins while the entropy is beyond what the sample shows)
+                width = 2 * es * 2.0 ** j
+                for k in range(c):
+                    q[k] = np.rint(rcs[k] / width)
+                    key[k] = ctx[k] * 4.0 * RADIUS + q[k]
+                h = _entropy(np.sort(q[:c]), m)
+                if h <= SAFE_BITS or j == 39:
+                    # conditional: the entropy of the (context, code) pairs less that of the contexts
+                    hc = _entropy(np.sort(key[:c]), m) - _entropy(np.sort(ctx[:c].astype(np.float64)), m)
+                    h += j
+                    hc += j
+                    break
             out[si, d, 0] = h + big / m * raw_bits
             out[si, d, 1] = sq / m
             out[si, d, 2] = zero / m
+            out[si, d, 3] = min(hc, h) + big / m * raw_bits
     return out
+
+
+@njit(nogil=True, cache=True)
+def _entropy(srt, m):
+    """Plug-in entropy (bits) of sorted symbols ``srt`` as shares of ``m`` draws, with the
+    Miller-Madow correction (the plug-in entropy of m draws is low by about (bins - 1) / (2 m ln 2))."""
+    c = srt.size
+    h = 0.0
+    run = 1
+    bins = 0
+    for k in range(1, c + 1):
+        if k < c and srt[k] == srt[k - 1]:
+            run += 1
+            continue
+        p = run / m
+        h -= p * np.log2(p)
+        run = 1
+        bins += 1
+    return h + max(0, bins - 1) / (2 * m * np.log(2.0))
 
 
 @njit(nogil=True, cache=True)

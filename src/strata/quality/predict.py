@@ -51,8 +51,9 @@ def predict(data, *, compressor: str = "strata", abs_error=None, rel_error=None,
         abs_error / rel_error: exactly one: the absolute bound (data unit) or the bound relative
             to the valid values' range; a number or a list of them (a curve).
         metrics: any of "ratio" (compression ratio, original bytes / compressed bytes), "psnr"
-            (dB, value range over RMSE of the valid values), "ssim" (mean SSIM of the 2D
-            slices over the last two axes, as :func:`strata.metrics.ssim`).
+            (dB, value range over RMSE of the valid values; inf where strata codes the field
+            losslessly on its lattice), "ssim" (mean SSIM of the 2D slices over the last two
+            axes, as :func:`strata.metrics.ssim`; 1 where lossless).
         mask, fill_value: missing values, as for :func:`strata.compress` (with an array).
         predictors: a :class:`strata.quality.model.Predictors` (default: the shipped ones).
 
@@ -87,12 +88,13 @@ def predict(data, *, compressor: str = "strata", abs_error=None, rel_error=None,
 
 def curve(f: Features, ebs: list[float], compressor: str, metrics, preds) -> dict:
     """``{metric: [predicted value per bound]}`` (checked arguments, see :func:`predict`)."""
-    rows = [model.inputs(f, eb) for eb in ebs]
+    rows = [model.inputs(f, eb, compressor) for eb in ebs]
     x = np.stack([r[0] for r in rows])
     out = {}
     for m in metrics:
         base = np.array([model.baseline(m, f, est) for _, est in rows])
         t = base + preds.get(compressor, m)(x)
         values = [model.from_target(m, float(v)) for v in t]
-        out[m] = values
+        # (lossless on the lattice: PSNR inf and SSIM 1 are known, not predicted)
+        out[m] = [v if (exact := model.lossless(m, est)) is None else exact for v, (_, est) in zip(values, rows)]
     return out

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -183,9 +184,9 @@ class Prepared:
 
 
 # ---------------------------------------------------------------------------------- codecs
-def run_strata(f: Prepared, eb: float):
-    blob = (strata.compress(f.a, abs_error=eb, fill_value=f.fill) if f.fill is not None
-            else strata.compress(f.a, abs_error=eb))
+def run_strata(f: Prepared, eb: float, objective: str = "ratio"):
+    blob = (strata.compress(f.a, abs_error=eb, fill_value=f.fill, objective=objective) if f.fill is not None
+            else strata.compress(f.a, abs_error=eb, objective=objective))
     return len(blob), strata.decompress(blob)
 
 
@@ -415,9 +416,10 @@ def markdown(report: dict) -> str:
            "against the anchor (negative = strata needs fewer bits for the same quality). The method of "
            "`shared/bench/zoo_eval.py`, extended with ZFP and the max-error axis.", ""]
     out += ["Tags (strata variants, one column each below):", ""]
-    out.append(_table(["tag", "strata source", "numba threads", "fields", "date",
+    out.append(_table(["tag", "strata source", "objective", "numba threads", "fields", "date",
                        "strata seconds (compress + decompress, one run of each point)"],
-                      [[t, _source_text(tags[t]["source"]), tags[t]["threads"], len(tags[t]["rows"]),
+                      [[t, _source_text(tags[t]["source"]), tags[t].get("objective", "ratio"), tags[t]["threads"],
+                        len(tags[t]["rows"]),
                         tags[t]["date"], f"{tags[t]['strata_seconds']:.1f}"] for t in tnames]))
 
     out += ["", "## Issue 36's targets (sci + zoo)", ""]
@@ -632,6 +634,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="current", help="name of this strata variant in the results (default current)")
     ap.add_argument("--drop-tag", action="append", default=[],
                     help="remove a tag from the results and rewrite them, measuring nothing (repeatable)")
+    ap.add_argument("--objective", default="ratio", choices=("ratio", "psnr"),
+                    help="strata's tuning objective (strata.compress(objective=...), default ratio)")
     ap.add_argument("--rewrite", action="store_true", help="rewrite the results from OUT.json, measuring nothing")
     ap.add_argument("--no-cache", action="store_true", help="measure the anchors again (and refresh the cache)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rate_distortion",
@@ -668,6 +672,7 @@ def main(argv=None) -> int:
     for dt in (np.float32, np.float64):
         w = np.random.default_rng(0).standard_normal((24, 24, 24)).astype(dt)
         strata.decompress(strata.compress(w, rel_error=1e-3))
+    RUN["strata"] = functools.partial(run_strata, objective=args.objective)
     tag = report["tags"].setdefault(args.tag, {"rows": {}})
     n_meas = n_cached = 0
     strata_seconds = 0.0
@@ -698,7 +703,7 @@ def main(argv=None) -> int:
               f"vs ZFP {b['psnr_zfp']:+6.1f}%  ratio@1e-2/1e-3/1e-4 "
               + "  ".join(f"{k} {'/'.join(f'{x:.1f}' for x in v)}" for k, v in r.items())
               + f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
-    tag.update(source=src, threads=threads, date=datetime.date.today().isoformat(),
+    tag.update(source=src, threads=threads, objective=args.objective, date=datetime.date.today().isoformat(),
                strata_seconds=sum(r["seconds"] for rs in tag["rows"].values() for r in rs))
     seconds = time.perf_counter() - t_run
     report["runs"] = report["runs"][-19:] + [

@@ -454,3 +454,26 @@ def test_fifo_inputs_are_refused(tmp_path):
         (tmp_path / "x_4x4.f32").write_bytes(np.zeros(16, "<f4").tobytes())
         res = invoke(*args)
         assert res.exit_code == 2 and "not a regular file" in res.output, (args, res.output)
+
+
+def test_objective_psnr_from_the_command_line(tmp_path):
+    """`--objective psnr` tunes for bits at equal PSNR: the bound holds, the stream records
+    level-wise bound factors the "ratio" run did not take, and a target refuses it."""
+    from .synthetic import waves
+
+    a = waves((32, 40, 48), 3, np.float32)
+    src = tmp_path / "w_32x40x48.f32"
+    a.astype("<f4").tofile(src)
+    got = {}
+    for objective in ("ratio", "psnr"):
+        out = tmp_path / f"{objective}.strata"
+        res = run("compress", src, "--rel", "1e-2", "--objective", objective, "-o", out)
+        assert res.exit_code == 0, res.output
+        back = strata.decompress(out)
+        assert np.abs(back.astype(np.float64) - a).max() <= 1e-2 * float(np.ptp(a))
+        with strata.open(out) as r:
+            got[objective] = (r.header.alpha8, r.header.beta8)
+    assert got["psnr"] != got["ratio"]
+    res = CliRunner().invoke(main, ["compress", str(src), "--target-psnr", "60", "--objective", "psnr",
+                                    "-o", str(tmp_path / "t.strata")])
+    assert res.exit_code == 2 and "--objective" in res.output

@@ -218,3 +218,54 @@ def test_level_wise_bounds_are_kept_when_they_shrink_the_estimate():
             alpha8, beta8 = LEVEL_FACTORS[0]
             assert bits(replace(settings, alpha8=alpha8, beta8=beta8)) >= (1 - LEVEL_MARGIN) * plain
     assert taken
+
+
+@pytest.mark.parametrize("shape", [(64, 192), (9, 17, 33), (5000,)])
+def test_trial_mean_squared_error_is_the_reconstructions(shape):
+    """The "psnr" objective weighs a trial's estimated mean squared error; after a whole-array
+    trial it must be the mean squared error of the reconstruction the compressor keeps (every
+    point but the first, which no step holds), for level-wise bounds too."""
+    from strata.lossy.tune import Settings, estimate_bits, mean_sq_error, plan
+
+    rng = np.random.default_rng(11)
+    a = np.cumsum(rng.standard_normal(shape), axis=-1).astype(np.float32)
+    shape3 = as_3d_shape(a.shape)
+    flat = a.reshape(-1)
+    for settings in (Settings(), Settings(alpha8=12, beta8=24, cubic=False)):
+        plans = plan(shape3, settings, None)
+        part = plans[0]
+        x = flat.copy()
+        sse = np.zeros(len(part.steps))
+        _, codes, hist = estimate_bits(flat, shape3, 1e-2 * float(np.ptp(a)), settings, None, plans, x, sq_error=sse)
+        want = np.mean((x[1:].astype(np.float64) - flat[1:]) ** 2)
+        assert mean_sq_error(sse, hist, part.step_points) == pytest.approx(want, rel=1e-9)
+
+
+def test_psnr_objective_buys_psnr_with_bits_and_keeps_the_bound():
+    """With objective="psnr" the tuner weighs QoZ's level-wise bounds by bits at equal PSNR: on a
+    smooth field it takes tighter coarse-level bounds than the "ratio" objective, the stream
+    costs more bits and gains more PSNR than 6.02 dB per extra bit per value would give back
+    (the high-rate slope), and the bound holds everywhere."""
+    from strata import compress, decompress
+    from strata.errors import InvalidInputError
+    from strata.lossy import LossyReader
+    from strata.lossy.tune import PSNR_FACTORS
+
+    from .synthetic import waves
+
+    a = waves((48, 48, 48), 0, np.float32)
+    vr = float(np.ptp(a))
+    out = {}
+    for objective in ("ratio", "psnr"):
+        blob = compress(a, rel_error=1e-2, objective=objective)
+        y = decompress(blob)
+        assert float(np.max(np.abs(y.astype(np.float64) - a))) <= 1e-2 * vr
+        h = LossyReader(blob).header
+        psnr = 20 * np.log10(vr) - 10 * np.log10(np.mean((y.astype(np.float64) - a) ** 2))
+        out[objective] = (8 * len(blob) / a.size, psnr, (h.alpha8, h.beta8))
+    assert out["psnr"][2] in PSNR_FACTORS
+    extra_bits = out["psnr"][0] - out["ratio"][0]
+    assert extra_bits > 0
+    assert out["psnr"][1] - out["ratio"][1] > 6.02 * extra_bits
+    with pytest.raises(InvalidInputError):
+        compress(a, rel_error=1e-2, objective="ssim")

@@ -8,14 +8,16 @@ __all__ = ["compress", "decompress", "open", "__version__"]
 
 
 def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None, enhance=None,
-             enhance_options=None, target_psnr=None, target_ratio=None, target_ssim=None) -> bytes:
+             enhance_options=None, target_psnr=None, target_ratio=None, target_ssim=None, objective="ratio") -> bytes:
     """Error-bounded lossy compression of a float32/float64 array.
 
     See :func:`strata.lossy.compress`: exactly one of ``abs_error`` (absolute) and
     ``rel_error`` (relative to the range of the valid values) bounds every decoded valid
     value; NaN, values equal to ``fill_value``, ``mask == True`` and the masked points of a
     ``numpy.ma.MaskedArray`` are missing and decode to their exact original bits.
-    ``metadata`` (a JSON-serializable dict) travels in the stream.
+    ``metadata`` (a JSON-serializable dict) travels in the stream. ``objective="psnr"`` tunes
+    for the fewest bits at equal PSNR instead of the smallest stream at the bound (QoZ's
+    rate-distortion tuning; the bound holds either way).
 
     ``enhance="2x"`` or ``"1x"`` trains an enhancement network at compression time and stores
     it in the stream (:func:`strata.enhance.compress`, NeurLZ; needs ``strata[torch]``):
@@ -36,6 +38,8 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
             raise InvalidInputError("give one of abs_error, rel_error, target_psnr, target_ratio, target_ssim")
         if enhance is not None or enhance_options is not None:
             raise InvalidInputError("a quality target and enhance do not combine")
+        if objective != "ratio":
+            raise InvalidInputError("a quality target chooses its own bound; objective applies to a bound")
         from .quality import compress_to_target
 
         (metric, value), = targets.items()
@@ -43,7 +47,10 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
                                   metadata=metadata)
     if enhance is not None:
         from .enhance import compress as _enhanced
+        from .errors import InvalidInputError
 
+        if objective != "ratio":
+            raise InvalidInputError("enhance compresses with the default objective")
         return _enhanced(array, abs_error=abs_error, rel_error=rel_error, enhance=enhance, mask=mask,
                          fill_value=fill_value, metadata=metadata, options=enhance_options)
     if enhance_options is not None:
@@ -53,7 +60,7 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     from .lossy import compress as _compress
 
     return _compress(array, abs_error=abs_error, rel_error=rel_error, mask=mask, fill_value=fill_value,
-                     metadata=metadata)
+                     metadata=metadata, objective=objective)
 
 
 def decompress(data, *, level=None, region=None, masked=False, max_output_bytes=None, enhance=True):

@@ -433,11 +433,13 @@ class Variable:
     metadata: dict | None = None
     packing: Packing | None = None
 
-    def compress(self, *, abs_error=None, rel_error=None, progress=None, enhance=None, target=None) -> bytes:
+    def compress(self, *, abs_error=None, rel_error=None, progress=None, enhance=None, target=None,
+                 objective="ratio") -> bytes:
         """:func:`strata.lossy.compress` with this variable's mask, fill value and metadata
         (:func:`strata.enhance.compress` with ``enhance="1x"`` or ``"2x"``; with ``target``, a
         ``(metric, value)`` pair such as ``("psnr", 60)``,
-        :func:`strata.quality.compress_to_target`).
+        :func:`strata.quality.compress_to_target`); ``objective`` as in
+        :func:`strata.lossy.compress`, with a bound only.
 
         For packed data the bound is tightened so that repacking on write keeps it (see the
         module's docstring); the stream's header gives the bound in force.
@@ -448,6 +450,8 @@ class Variable:
         """
         from .lossy import compress
 
+        if objective != "ratio" and (target is not None or enhance is not None):
+            raise InvalidInputError("objective applies to a bound, without a quality target or enhance")
         if target is not None:
             if self.packing is not None:
                 raise InvalidInputError("a quality target is not supported for packed (scale_factor) data")
@@ -463,7 +467,7 @@ class Variable:
             return enhanced(self.data, abs_error=abs_error, rel_error=rel_error, enhance=enhance, mask=self.mask,
                             fill_value=self.fill_value, metadata=self.metadata)
         return compress(self.data, abs_error=abs_error, rel_error=rel_error, mask=self.mask,
-                        fill_value=self.fill_value, metadata=self.metadata, progress=progress)
+                        fill_value=self.fill_value, metadata=self.metadata, objective=objective, progress=progress)
 
 
 def read_variable(path, name: str, *, cf: bool = True) -> Variable:

@@ -292,9 +292,12 @@ MASK_HELP = ("missing points: a .npy bool array (or 0/1), or raw 0/1 bytes (shap
 @click.option("--enhance", type=click.Choice(["1x", "2x"]),
               help="train and store an enhancement network (NeurLZ; needs strata[torch]): 2x keeps every value "
               "within twice the bound, 1x within the bound")
+@click.option("--objective", type=click.Choice(["ratio", "psnr"]), default="ratio", show_default=True,
+              help="with a bound: tune for the smallest stream at the bound (ratio) or for the fewest bits at "
+              "equal PSNR (psnr: tighter bounds on coarse levels, slower to compress)")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, target_ssim, shape, var, no_cf,
-             fill_value, mask, enhance, force):
+             fill_value, mask, enhance, objective, force):
     """Compress INPUT with a point-wise error bound on its valid values.
 
     A NetCDF/HDF5 variable is read with the CF conventions (missing values, packed data) and
@@ -315,6 +318,8 @@ def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, tar
     if given != 1 or (targets and enhance):
         raise click.UsageError("give one of --abs, --rel, --target-psnr, --target-ratio, --target-ssim "
                                "(a target does not combine with --enhance)")
+    if objective != "ratio" and (targets or enhance):
+        raise click.UsageError("--objective applies to --abs or --rel, without a target or --enhance")
     if no_cf and input.suffix.lower() not in NETCDF_SUFFIXES + HDF5_SUFFIXES:
         raise click.UsageError("--no-cf is for NetCDF/HDF5 inputs only")
     output = output or input.with_name(input.name + ".strata")
@@ -329,7 +334,7 @@ def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, tar
         t = time.perf_counter()
         try:
             blob = v.compress(abs_error=abs_error, rel_error=rel_error, progress=bar, enhance=enhance,
-                              target=targets[0] if targets else None)
+                              target=targets[0] if targets else None, objective=objective)
         finally:
             bar.close()
         t = time.perf_counter() - t

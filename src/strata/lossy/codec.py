@@ -33,7 +33,7 @@ from .partition import Partition, as_3d_shape
 from .predict import encode_origin, encode_passes, pass_table
 from .quantize import RADIUS
 from .target import TargetRecord
-from .tune import Settings, choose, grid_bits, sample_bits
+from .tune import OBJECTIVES, Settings, choose, grid_bits, sample_bits
 
 #: Smallest average chunk (estimated bytes) for which a level gets half-size chunks.
 MIN_CHUNK_BYTES = 1200
@@ -83,7 +83,7 @@ def absolute_bound(valid_range, abs_error, rel_error) -> tuple[int, float, float
 
 @kernel_threads()
 def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None,
-             settings: Settings | None = None, progress=None) -> bytes:
+             settings: Settings | None = None, objective: str = "ratio", progress=None) -> bytes:
     """Compress ``array`` with a point-wise error bound on its valid values.
 
     Args:
@@ -100,6 +100,10 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
         metadata: a dict kept in the stream as strict JSON (at most 4 MiB), returned by
             :attr:`strata.lossy.LossyReader.metadata`.
         settings: predictor settings; chosen by sampling the data when omitted.
+        objective: what the choice optimizes (:data:`strata.lossy.tune.OBJECTIVES`):
+            ``"ratio"`` (default), the smallest stream at the bound; ``"psnr"``, the fewest
+            bits at equal PSNR (QoZ's rate-distortion tuning: tighter bounds on the coarse
+            levels where they pay in PSNR; the bound still holds everywhere).
         progress: optional callable ``progress(done, total)`` called after each stage
             (tuning, prediction, each level's coding).
 
@@ -109,13 +113,15 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     Raises:
         InvalidInputError: bounds missing, doubled, negative or NaN; a mask that is not
             boolean or of another shape; a fill value not representable in the dtype;
-            metadata not serializable or too large.
+            metadata not serializable or too large; an unknown objective.
         UnsupportedDtypeError: ``array`` is not float32/float64.
 
     Valid values are the finite, non-missing ones. A bound of 0 gives a lossless round trip
     (at a poor ratio). Missing points and +-Inf decode to their exact original bits (see
     :mod:`strata.lossy.missing` for the contract and the method).
     """
+    if objective not in OBJECTIVES:
+        raise InvalidInputError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     data, ma_mask = missing.split_masked(array)
     a = validate_array(data)
     miss = None  # (NaN only: prepare finds them, without a mask array when there are none)
@@ -144,7 +150,7 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     trial = None
     if settings is None:
         settings, trial = choose(orig.reshape(a.shape), header.coding_eb, header.origin_pred, prep.missing, work,
-                                 codes)
+                                 codes, objective)
     header.order, header.flat = settings.order, settings.flat
     header.alpha8, header.beta8 = settings.alpha8, settings.beta8
     part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)

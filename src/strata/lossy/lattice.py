@@ -104,8 +104,8 @@ def find(flat: np.ndarray, missing: np.ndarray | None) -> tuple[float, float] | 
     first, step = _integer_step(flat, miss, miss.size > 0, float(EXACT_INTEGER[flat.itemsize]))
     if step > 0:
         return float(first), float(step)
-    guess = _guess(_sample(flat, miss), flat.itemsize) if step < 0 else None
-    return guess if guess is not None and _exact(flat, miss, *guess) else None
+    found = guess(sample(flat, miss), flat.itemsize) if step < 0 else None
+    return found if found is not None and exact(flat, miss, *found) else None
 
 
 def choose(flat: np.ndarray, missing: np.ndarray | None, eb: float, valid_range) -> Lattice | None:
@@ -123,12 +123,11 @@ def choose(flat: np.ndarray, missing: np.ndarray | None, eb: float, valid_range)
     if valid_range is None or not math.isfinite(eb) or flat.size < 2:
         return None
     miss = _mask(missing)
-    guess = _guess(_sample(flat, miss), flat.itemsize)
-    on = _usable(guess, eb, flat.dtype, valid_range)
-    if on is None or _exact(flat, miss, on.offset, on.step):
+    on = usable(guess(sample(flat, miss), flat.itemsize), eb, flat.dtype, valid_range)
+    if on is None or exact(flat, miss, on.offset, on.step):
         return on
     if float(on.step).is_integer():  # (integers whose steps the sample overstated: the whole array's)
-        return _usable(find(flat, missing), eb, flat.dtype, valid_range)
+        return usable(find(flat, missing), eb, flat.dtype, valid_range)
     return None
 
 
@@ -136,11 +135,14 @@ def _mask(missing) -> np.ndarray:
     return np.zeros(0, np.uint8) if missing is None else missing.view(np.uint8)
 
 
-def _exact(flat, miss, offset: float, step: float) -> bool:
-    return _exact_kernel(flat, miss, miss.size > 0, offset, step, np.empty(1, flat.dtype))
+def exact(flat: np.ndarray, missing: np.ndarray, offset: float, step: float) -> bool:
+    """Whether every valid value of ``flat`` (1-D float32/float64; ``missing``: flat uint8, 1 =
+    missing, or empty) comes back bit for bit from ``dtype(offset + step * k)``, ``k`` the
+    nearest integer to ``(x - offset) / step`` (float64)."""
+    return _exact_kernel(flat, missing, missing.size > 0, offset, step, np.empty(1, flat.dtype))
 
 
-def _usable(found, eb: float, dtype: np.dtype, valid_range) -> Lattice | None:
+def usable(found, eb: float, dtype: np.dtype, valid_range) -> Lattice | None:
     """The :class:`Lattice` of ``found`` under ``eb`` when its bins are wider than plain coding's
     by :data:`GAIN`, else None: ``m`` steps of error where ``m * step`` plus the dtype's rounding
     near the largest value (four units in the last place) stays within ``eb`` (no margin when
@@ -186,19 +188,31 @@ def _integer_step(flat, missing, has_missing, limit):
     return first, g
 
 
-def _sample(flat: np.ndarray, missing: np.ndarray) -> np.ndarray:
-    """The distinct valid values of a strided sample of about :data:`SAMPLE` values, sorted
-    (float64)."""
+def sample(flat: np.ndarray, missing: np.ndarray) -> np.ndarray:
+    """The distinct valid values of a strided sample of about :data:`SAMPLE` valid values,
+    sorted (float64): where most points are missing, the stride shrinks (8 times at a time, at
+    most 3 times) until a quarter of the sample's worth is valid.
+
+    Args:
+        flat: 1-D float32/float64 array.
+        missing: flat uint8 mask (1 = missing), or empty when none is.
+    """
     stride = max(1, flat.size // SAMPLE)
-    with np.errstate(invalid="ignore"):  # (NaN payloads)
-        s = flat[::stride].astype(np.float64)
-    if missing.size:
-        s = s[missing[::stride] == 0]
-    return np.unique(s[np.isfinite(s)])
+    for _ in range(4):
+        with np.errstate(invalid="ignore"):  # (NaN payloads)
+            s = flat[::stride].astype(np.float64)
+        if missing.size:
+            s = s[missing[::stride] == 0]
+        s = s[np.isfinite(s)]
+        if s.size >= SAMPLE // 4 or stride == 1:
+            break
+        stride = max(1, stride // 8)
+    return np.unique(s)
 
 
-def _guess(u: np.ndarray, itemsize: int) -> tuple[float, float] | None:
-    """A guess of ``(offset, step)`` from sorted distinct values ``u`` (at least three): integers
+def guess(u: np.ndarray, itemsize: int) -> tuple[float, float] | None:
+    """A guess of ``(offset, step)`` from sorted distinct values ``u`` (at least three; e.g. of
+    :func:`sample`), None when they are on no lattice: integers
     below the dtype's exact range give the greatest common divisor of their differences, offset
     the first; other values the smallest gap, snapped to 1, 2, 2.5 or 5 times a power of ten when
     within 1e-3 of one (the gaps of float32 values are off by their rounding), every other gap a
@@ -255,4 +269,5 @@ def _restore(x, missing, has_missing, offset, step):
         x[i] = offset + step * np.rint(np.float64(x[i]))
 
 
-__all__ = ["EXACT_INTEGER", "GAIN", "Lattice", "SAMPLE", "SLACK", "choose", "find"]
+__all__ = ["EXACT_INTEGER", "GAIN", "Lattice", "SAMPLE", "SLACK", "choose", "exact", "find", "guess", "sample",
+           "usable"]

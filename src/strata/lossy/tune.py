@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import njit
 
+from ..errors import InvalidInputError
 from .header import step_bounds
 from .missing import NO_MISSING
 from .partition import Box, Partition, as_3d_shape
@@ -56,6 +57,13 @@ LEVEL_FACTORS = ((9, 10),)
 #: out in turn (benchmarks/lofo_level_factors.py): every choice without a family was this one or
 #: within 0.4 % of its ratio on that family.
 LEVEL_MARGIN = 0.02
+#: What :func:`choose` optimizes: ``"ratio"``, the estimated size at the bound (SZ3's tuner, QoZ's
+#: compression-ratio target), or ``"psnr"``, bits at equal PSNR (QoZ's rate-distortion target).
+OBJECTIVES = ("ratio", "psnr")
+#: Level-wise bound factors ``(alpha8, beta8)`` weighed with the ``"psnr"`` objective: QoZ's
+#: grid, alpha 1..2 by 1/4 and beta 1.5, 2, 3, 4, alpha <= beta (Liu et al., SC'22, Sec. IV-C),
+#: times 8.
+PSNR_FACTORS = tuple((a, b) for a in (8, 10, 12, 14, 16) for b in (12, 16, 24, 32) if a <= b)
 #: Sampled fraction of the values (at least one box, at most ``MAX_BOXES``).
 SAMPLE_FRACTION = 0.01
 MAX_BOXES = 16
@@ -73,29 +81,39 @@ _CLIP = 1023
 
 
 def candidates(a3: np.ndarray) -> list:
-    """Settings tried for the 3D view ``a3`` of an array.
+    """Settings tried for the 3D view ``a3`` of an array: cubic and linear interpolation, for
+    each of :func:`flat_candidates`."""
+    return [Settings(flat=f, cubic=c) for f in flat_candidates(a3) for c in (True, False)]
 
-    An axis is a flat candidate when it is short and the data vary across it far more than
-    along the other axes (mean absolute difference of neighbours, ``ROUGH_RATIO`` times).
+
+def flat_candidates(a3: np.ndarray, missing3: np.ndarray | None = None) -> list[tuple[bool, bool, bool]]:
+    """The flat-axis settings tried for the 3D view ``a3`` (float array; its missing points NaN,
+    or true in ``missing3``, bool or uint8 of its shape), none first.
+
+    An axis is a flat candidate when it is short (``FLAT_MAX``) and the data vary across it far
+    more than along the other axes (:func:`roughness`, ``ROUGH_RATIO`` times).
     """
     flats = [(False, False, False)]
-    rough = roughness(a3)
+    rough = roughness(a3, missing3)
     for d, n in enumerate(a3.shape):
         others = [rough[e] for e in range(3) if e != d and a3.shape[e] > 1]
         if 2 <= n <= FLAT_MAX and others and rough[d] > ROUGH_RATIO * max(others):
             flats.append(tuple(a == d for a in range(3)))
-    return [Settings(flat=f, cubic=c) for f in flats for c in (True, False)]
+    return flats
 
 
-def roughness(a3: np.ndarray) -> list[float]:
+def roughness(a3: np.ndarray, missing3: np.ndarray | None = None) -> list[float]:
     """Mean absolute difference of neighbours along each axis, on a subsample: about 64 whole
-    lines along the axis, an eighth of each other axis apart; differences that are not finite
-    (missing points are NaN) are left out."""
-    return [float(v) for v in _roughness(np.ascontiguousarray(a3))]
+    lines along the axis, an eighth of each other axis apart; pairs with a missing point (true
+    in ``missing3``, bool or uint8 of ``a3``'s shape) and differences that are not finite (NaN)
+    are left out."""
+    has_missing = missing3 is not None
+    m3 = np.ascontiguousarray(missing3).view(np.uint8) if has_missing else np.zeros((1, 1, 1), np.uint8)
+    return [float(v) for v in _roughness(np.ascontiguousarray(a3), m3, has_missing)]
 
 
 @njit(nogil=True, cache=True)
-def _roughness(a3):
+def _roughness(a3, m3, has_missing):
     out = np.zeros(3)
     n = a3.shape
     for d in range(3):
@@ -108,11 +126,14 @@ def _roughness(a3):
             for i2 in range(0, n[e2], k2):
                 for j in range(n[d] - 1):
                     if d == 0:
-                        v = np.float64(a3[j + 1, i1, i2]) - np.float64(a3[j, i1, i2])
+                        p, q = (j, i1, i2), (j + 1, i1, i2)
                     elif d == 1:
-                        v = np.float64(a3[i1, j + 1, i2]) - np.float64(a3[i1, j, i2])
+                        p, q = (i1, j, i2), (i1, j + 1, i2)
                     else:
-                        v = np.float64(a3[i1, i2, j + 1]) - np.float64(a3[i1, i2, j])
+                        p, q = (i1, i2, j), (i1, i2, j + 1)
+                    if has_missing and (m3[p] or m3[q]):
+                        continue
+                    v = np.float64(a3[q]) - np.float64(a3[p])
                     if np.isfinite(v):
                         total += abs(v)
                         count += 1
@@ -141,7 +162,7 @@ def sample_boxes(shape3) -> list[Box] | None:
 
 
 def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=None, x=None, origin_pred=0.0,
-                  missing=None, codes=None):
+                  missing=None, codes=None, sq_error=None):
     """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``), the
     trial's quantization codes (int32, full-resolution layout; complete when ``boxes`` is
     None, i.e. the trial covered the whole array, and then equal to what
@@ -154,7 +175,9 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     writes before reading it; so without missing points ``x`` need not hold ``flat``'s values,
     only its size and dtype). Missing points (NaN in ``flat``, 1 in the flat uint8 ``missing``)
     are left out of the estimate; ``origin_pred`` is the first point's prediction. ``codes``
-    (int32, ``flat.size``) may be given to reuse its memory."""
+    (int32, ``flat.size``) may be given to reuse its memory. ``sq_error`` (float64, one per
+    step), if given, receives each step's sum of squared errors over the trial's points (in the
+    unit of ``flat``), which :func:`mean_sq_error` scales like the bits."""
     part, plans = plans or plan(shape3, settings, boxes)
     n_steps = len(part.steps)
     bounds = step_bounds(part.steps, eb, settings.alpha8, settings.beta8)
@@ -168,7 +191,9 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     table = (rows, np.repeat(np.array(bounds, np.float64), counts), np.full(rows.shape[0], settings.cubic),
              n_points)
     encode_passes(x, codes, flat, NO_MISSING if missing is None else missing, shape, table)
-    _histogram(codes, flat, missing is not None, shape, rows, hist)
+    sse = _NO_ERROR if sq_error is None else sq_error
+    sse[:] = 0.0
+    _histogram(codes, flat, x, missing is not None, shape, rows, hist, sse)
     return _bits(hist, level_points, flat.dtype.itemsize * 8), codes, hist
 
 
@@ -240,17 +265,36 @@ def grid_bits(step_hist, n_steps, origin, n_points, value_bits):
 _SMALL = 16
 
 
+_NO_ERROR = np.zeros(0)
+
+
+def mean_sq_error(sq_error: np.ndarray, hist: np.ndarray, level_points) -> float:
+    """Estimated mean squared error over the array of a trial: each step's sum of squared
+    errors (``sq_error``, :func:`estimate_bits`) per counted point (``hist``) scaled to the
+    step's number of points (``level_points``), as :func:`_bits` scales the bits."""
+    counts = hist.sum(axis=1)
+    points = np.asarray(level_points, np.float64)
+    total = float(points[counts > 0].sum())
+    if total == 0:
+        return 0.0
+    return float((sq_error[counts > 0] / counts[counts > 0] * points[counts > 0]).sum()) / total
+
+
 @njit(nogil=True, cache=True)
-def _histogram(codes, flat, has_missing, shape, rows, hist):
+def _histogram(codes, flat, x, has_missing, shape, rows, hist, sse):
     """Add the codes of each pass of the geometry ``rows`` (:func:`strata.lossy.predict.geometry_rows`)
     to ``hist[step]``: ``|q|`` clipped to ``_CLIP``, unpredictable values in the last column;
-    missing points (``has_missing``: NaN in ``flat``) have no symbol and are left out. The
+    missing points (``has_missing``: NaN in ``flat``) have no symbol and are left out. With a
+    non-empty ``sse`` (one per step), the squared error of each counted point's
+    reconstruction ``x`` against ``flat`` is added to ``sse[step]``. The
     counts of ``|q| < _SMALL`` go to four interleaved copies first (consecutive points hit the
     same few counters, and one copy would wait on its own previous increment)."""
     n1, n2 = shape[1], shape[2]
     small = np.zeros((4, _SMALL), np.int64)
+    errors = sse.shape[0] > 0
     for p in range(rows.shape[0]):
         out = hist[rows[p, 14]]
+        err = 0.0
         st2 = np.uint64(rows[p, 7])
         f2 = _first(rows[p, 4], rows[p, 7], rows[p, 10])
         n = _count(f2, rows[p, 7], rows[p, 13])
@@ -268,7 +312,12 @@ def _histogram(codes, flat, has_missing, shape, rows, hist):
                         else:
                             out[b] += 1
                         k += np.uint64(1)
+                        if errors:
+                            d = np.float64(x[idx]) - np.float64(flat[idx])
+                            err += d * d
                     idx += st2
+        if errors:
+            sse[rows[p, 14]] += err
         for b in range(_SMALL):
             out[b] += small[0, b] + small[1, b] + small[2, b] + small[3, b]
 
@@ -292,47 +341,122 @@ Trial = namedtuple("Trial", "codes hist")
 
 
 def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarray | None = None,
-           work: np.ndarray | None = None, codes: np.ndarray | None = None):
+           work: np.ndarray | None = None, codes: np.ndarray | None = None, objective: str = "ratio"):
     """Settings for compressing ``a`` (float array, missing points NaN, flagged in the flat
     uint8 ``missing``) with absolute bound ``eb`` and first-point prediction ``origin_pred``,
     and the winning :data:`Trial` when the trials covered the whole array (small arrays), else
     None.
+
+    ``objective`` (one of :data:`OBJECTIVES`): ``"ratio"`` takes the smallest estimated size
+    at the bound; ``"psnr"`` then also weighs the level-wise bounds of :data:`PSNR_FACTORS`
+    by bits at equal PSNR (:func:`_rate_distortion`).
 
     ``work`` (``a``'s size and dtype) and ``codes`` (int32, ``a``'s size) are memory the
     sampled trials may use (their contents are overwritten), so that a caller who needs such
     arrays next pays for touching their pages once."""
     shape3 = as_3d_shape(a.shape)
     cands = candidates(a.reshape(shape3))
+    if objective not in OBJECTIVES:
+        raise InvalidInputError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     if eb == 0 or len(cands) == 1:
         return Settings(), None
     flat = np.ascontiguousarray(a).reshape(-1)
-    boxes = sample_boxes(shape3)
+    trials = _Trials(flat, shape3, eb, origin_pred, missing, work, codes)
     best, best_bits, best_trial = None, None, None
-    plans, works = {}, {}
-    # sampled trials return no codes: they share one array (memory touched once, not per trial)
-    shared_codes = None if boxes is None else (codes if codes is not None else np.empty(flat.size, np.int32))
-    # a trial writes every point it reads (the origin first): without missing points its
-    # working array needs no copy of the data, and one serves every trial
-    shared_work = None
-    if missing is None:
-        shared_work = work if work is not None and boxes is not None else np.empty_like(flat)
     for c in cands:
-        key = (c.order, c.flat)
-        if key not in plans:
-            plans[key] = plan(shape3, c, boxes)
-            works[key] = flat.copy() if missing is not None else shared_work
-        bits, trial_codes, hist = estimate_bits(flat, shape3, eb, c, boxes, plans[key], works[key], origin_pred,
-                                                missing, shared_codes)
+        bits, trial = trials.run(c)
         if best_bits is None or bits < best_bits:
-            best, best_bits, best_trial = c, bits, Trial(trial_codes, hist)
-    # level-wise bounds (QoZ): tried on the best interpolation, from the mildest on while each one
-    # shrinks the estimate
-    for alpha8, beta8 in LEVEL_FACTORS:
+            best, best_bits, best_trial = c, bits, trial
+    if objective == "psnr":
+        best, best_trial = _rate_distortion(trials, best, best_trial)
+    else:
+        # level-wise bounds (QoZ): tried on the best interpolation, from the mildest on while
+        # each one shrinks the estimate
+        for alpha8, beta8 in LEVEL_FACTORS:
+            c = replace(best, alpha8=alpha8, beta8=beta8)
+            bits, trial = trials.run(c)
+            if bits >= (1 - LEVEL_MARGIN) * best_bits:
+                break
+            best, best_bits, best_trial = c, bits, trial
+    return best, (best_trial if trials.boxes is None else None)
+
+
+class _Trials:
+    """Runs trials of candidate settings on the sample of one array (:func:`estimate_bits`),
+    sharing their plans and working memory (see :func:`choose`)."""
+
+    def __init__(self, flat, shape3, eb, origin_pred, missing, work, codes):
+        self.flat, self.shape3, self.eb, self.origin_pred, self.missing = flat, shape3, eb, origin_pred, missing
+        self.boxes = sample_boxes(shape3)
+        self.plans, self.works = {}, {}
+        # sampled trials return no codes: they share one array (memory touched once, not per trial)
+        self.codes = None
+        if self.boxes is not None:
+            self.codes = codes if codes is not None else np.empty(flat.size, np.int32)
+        # a trial writes every point it reads (the origin first): without missing points its
+        # working array needs no copy of the data, and one serves every trial
+        self.work = None
+        if missing is None:
+            self.work = work if work is not None and self.boxes is not None else np.empty_like(flat)
+
+    def run(self, settings: Settings, eb: float | None = None, sq_error: np.ndarray | None = None):
+        """``(estimated bits, Trial)`` of ``settings`` at bound ``eb`` (default: the array's);
+        ``sq_error`` as in :func:`estimate_bits`."""
+        key = (settings.order, settings.flat)
+        if key not in self.plans:
+            self.plans[key] = plan(self.shape3, settings, self.boxes)
+            self.works[key] = self.flat.copy() if self.missing is not None else self.work
+        bits, codes, hist = estimate_bits(self.flat, self.shape3, self.eb if eb is None else eb, settings, self.boxes,
+                                          self.plans[key], self.works[key], self.origin_pred, self.missing,
+                                          self.codes, sq_error)
+        return bits, Trial(codes, hist)
+
+    def rate_and_psnr(self, settings: Settings, eb: float | None = None):
+        """``(bits, PSNR in dB up to a constant, Trial)`` of ``settings``: the PSNR is
+        ``-10 log10`` of the estimated mean squared error (:func:`mean_sq_error`), the same
+        constant (the range) left out of every candidate."""
+        part = plan(self.shape3, settings, self.boxes)[0]
+        sse = np.zeros(len(part.steps))
+        bits, trial = self.run(settings, eb, sse)
+        mse = mean_sq_error(sse, trial.hist, part.step_points)
+        return bits, (math.inf if mse == 0 else -10 * math.log10(mse)), trial
+
+
+def _rate_distortion(trials: _Trials, best: Settings, best_trial):
+    """The level-wise bounds of :data:`PSNR_FACTORS` on ``best``'s interpolation, chosen by bits
+    at equal PSNR as QoZ's rate-distortion tuning does (Liu et al., SC'22, Sec. IV-C): a
+    candidate with fewer bits and a higher PSNR than the best so far wins, one with more bits
+    and a lower PSNR loses; otherwise a second trial at the bound scaled by the ratio of their
+    bits gives the candidate's local rate-distortion line, and it wins if that line passes
+    above the best one's PSNR at the best one's bits. Candidates whose step bounds equal one
+    tried already are skipped."""
+    if len(trials.plans) == 0 or best is None:
+        return best, best_trial
+    best_bits, best_psnr, best_trial = trials.rate_and_psnr(best)
+    seen = {_bounds_of(trials, best)}
+    for alpha8, beta8 in PSNR_FACTORS:
         c = replace(best, alpha8=alpha8, beta8=beta8)
-        key = (c.order, c.flat)
-        bits, trial_codes, hist = estimate_bits(flat, shape3, eb, c, boxes, plans[key], works[key], origin_pred,
-                                                missing, shared_codes)
-        if bits >= (1 - LEVEL_MARGIN) * best_bits:
-            break
-        best, best_bits, best_trial = c, bits, Trial(trial_codes, hist)
-    return best, (best_trial if boxes is None else None)
+        bounds = _bounds_of(trials, c)
+        if bounds in seen:
+            continue
+        seen.add(bounds)
+        bits, psnr, trial = trials.rate_and_psnr(c)
+        if psnr >= best_psnr and bits <= best_bits:
+            wins = True
+        elif psnr <= best_psnr and bits >= best_bits:
+            wins = False
+        else:
+            bits_r, psnr_r, _ = trials.rate_and_psnr(c, trials.eb * bits / best_bits)
+            if bits_r == bits or not math.isfinite(psnr_r) or not math.isfinite(psnr):
+                wins = False
+            else:
+                slope = (psnr - psnr_r) / (bits - bits_r)
+                wins = psnr + slope * (best_bits - bits) > best_psnr
+        if wins:
+            best, best_bits, best_psnr, best_trial = c, bits, psnr, trial
+    return best, best_trial
+
+
+def _bounds_of(trials: _Trials, settings: Settings) -> tuple[float, ...]:
+    part = plan(trials.shape3, settings, trials.boxes)[0]
+    return tuple(step_bounds(part.steps, trials.eb, settings.alpha8, settings.beta8))

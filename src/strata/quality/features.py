@@ -85,7 +85,7 @@ class Features:
             interpolation residuals in units of the value range (the features do not depend
             on the data's unit), NaN where no point was sampled.
         flat: bool array (k, 3): the flat-axis settings the compressor's tuner would try
-            (:func:`_flat_candidates`); the first refines no axis first.
+            (:func:`strata.lossy.tune.flat_candidates`); the first refines no axis first.
         window_var: float64 (WINDOWS,): variances of the sampled SSIM windows in units of the
             value range squared (computed on values in range units), NaN where a window held a missing value.
         value_min: min of the valid values (data unit).
@@ -168,7 +168,7 @@ class Features:
             return None
         dtype = np.dtype(np.float32 if self.itemsize == 4 else np.float64)
         lo = self.value_min
-        return lattice_rules._usable((float(self.lattice[0]), float(self.lattice[1])), eb, dtype,
+        return lattice_rules.usable((float(self.lattice[0]), float(self.lattice[1])), eb, dtype,
                                      (lo, lo + self.value_range))
 
     def at(self, eb: float, strata: bool = True) -> dict:
@@ -295,7 +295,7 @@ def features(array, *, mask=None, fill_value=None) -> Features:
     residuals = np.full((len(STRIDES), 3, SAMPLES_PER_GROUP), np.nan)
     starts = rng.random((len(STRIDES), 3, SAMPLES_PER_GROUP // RUN, 3))
     _residuals(a3, m3, miss.size > 0, np.array(STRIDES, np.int64), starts, residuals)
-    flats = _flat_candidates(a3, m3, miss.size > 0)
+    flats = np.array(tune.flat_candidates(a3, m3 if miss.size else None), np.bool_)
     window_var = np.full(WINDOWS, np.nan)
     edges = np.zeros((3, 2))
     _windows(a3, m3, miss.size > 0, float(lo), unit, rng.random((WINDOWS, 3)), window_var, edges, n_missing > 0)
@@ -329,14 +329,14 @@ def _lattice(flat: np.ndarray, miss: np.ndarray, vals: np.ndarray):
     step of ``vals`` and the strided sample together (strata takes every value's)."""
     itemsize = flat.dtype.itemsize
     with np.errstate(all="ignore"):
-        strided = lattice_rules._sample(flat, miss)
-        guess = lattice_rules._guess(strided, itemsize)
+        strided = lattice_rules.sample(flat, miss)
+        guess = lattice_rules.guess(strided, itemsize)
     check = np.ascontiguousarray(np.concatenate([vals, strided]).astype(flat.dtype))
     if not check.size:
         return None
     if guess is not None and not _on(check, guess) and float(guess[1]).is_integer():
         with np.errstate(all="ignore"):
-            guess = lattice_rules._guess(np.unique(check.astype(np.float64)), itemsize)
+            guess = lattice_rules.guess(np.unique(check.astype(np.float64)), itemsize)
     if guess is None or not _on(check, guess):
         return None
     big = max(abs(float(np.min(check))), abs(float(np.max(check)))) if check.size else 0.0
@@ -349,54 +349,7 @@ def _on(values: np.ndarray, guess) -> bool:
     offset, step = guess
     if not (step > 0 and math.isfinite(step) and math.isfinite(offset)):
         return False
-    return lattice_rules._exact(values, np.zeros(0, np.uint8), offset, step)
-
-
-def _flat_candidates(a3, m3, has_missing) -> np.ndarray:
-    """The flat-axis settings strata's tuner tries (:func:`strata.lossy.tune.candidates`: a
-    short axis across which the data vary ``ROUGH_RATIO`` times more than along the others,
-    by :func:`strata.lossy.tune.roughness`'s measure on the same lines, missing points left
-    out as the tuner leaves out its NaN): bool (k, 3), first row none flat."""
-    rough = _roughness(a3, m3, has_missing)
-    shape = a3.shape
-    out = [(False, False, False)]
-    for d, n in enumerate(shape):
-        others = [rough[e] for e in range(3) if e != d and shape[e] > 1]
-        if 2 <= n <= tune.FLAT_MAX and others and rough[d] > tune.ROUGH_RATIO * max(others):
-            out.append(tuple(e == d for e in range(3)))
-    return np.array(out, np.bool_)
-
-
-@njit(nogil=True, cache=True)
-def _roughness(a3, m3, has_missing):
-    """:func:`strata.lossy.tune.roughness` with the missing points of ``m3`` left out: mean
-    absolute difference of neighbours along each axis on about 64 whole lines, an eighth of each
-    other axis apart."""
-    out = np.zeros(3)
-    n = a3.shape
-    for d in range(3):
-        if n[d] < 2:
-            continue
-        e1, e2 = (1, 2) if d == 0 else ((0, 2) if d == 1 else (0, 1))
-        k1, k2 = max(1, n[e1] // 8), max(1, n[e2] // 8)
-        total, count = 0.0, 0
-        for i1 in range(0, n[e1], k1):
-            for i2 in range(0, n[e2], k2):
-                for j in range(n[d] - 1):
-                    if d == 0:
-                        p, q = (j, i1, i2), (j + 1, i1, i2)
-                    elif d == 1:
-                        p, q = (i1, j, i2), (i1, j + 1, i2)
-                    else:
-                        p, q = (i1, i2, j), (i1, i2, j + 1)
-                    if has_missing and (m3[p] or m3[q]):
-                        continue
-                    v = np.float64(a3[q]) - np.float64(a3[p])
-                    if np.isfinite(v):
-                        total += abs(v)
-                        count += 1
-        out[d] = total / count if count else 0.0
-    return out
+    return lattice_rules.exact(values, np.zeros(0, np.uint8), offset, step)
 
 
 @lru_cache(maxsize=256)

@@ -7,7 +7,8 @@ Each version runs in worker processes of its own (two versions of a package cann
 process); the workers alternate round by round (``--rounds``), each timing every field and
 thread count ``--repeats`` times, so load drifts hit both versions alike. A cell is the median
 of those timings as MB/s of original bytes (compress, decompress), numba's ``set_num_threads``
-naming the threads; the first call (compilation) is left out.
+naming the threads; the first call (compilation) is left out. The JSON also holds the median
+minor page faults of a call (``getrusage``), which cost far more in some virtual machines.
 
 Writes ``OUT.md`` and ``OUT.json`` (default ``benchmarks/results/lossy_threads``).
 
@@ -54,10 +55,15 @@ def load(path: Path):
 
 def worker(args) -> int:
     """Time every field and thread count once (after a compiling call); print JSON."""
+    import resource
+
     import numba
     import numpy as np
 
     import strata
+
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
     out = {"strata": str(Path(strata.__file__).resolve().parent), "cells": {}}
     for path in [Path(p) for p in args.paths]:
@@ -68,15 +74,18 @@ def worker(args) -> int:
         vr = float(np.nanmax(a)) - float(np.nanmin(a))
         for n in args.threads:
             numba.set_num_threads(n)
-            cell = dict(compress_s=[], decompress_s=[], nbytes=a.nbytes, bound_ok=True)
+            cell = dict(compress_s=[], decompress_s=[], compress_faults=[], decompress_faults=[], nbytes=a.nbytes,
+                        bound_ok=True)
             for _ in range(args.repeats):
-                t0 = time.perf_counter()
+                f0, t0 = faults(), time.perf_counter()
                 blob = strata.compress(a, rel_error=args.rel)
-                t1 = time.perf_counter()
+                f1, t1 = faults(), time.perf_counter()
                 y = strata.decompress(blob)
-                t2 = time.perf_counter()
+                f2, t2 = faults(), time.perf_counter()
                 cell["compress_s"].append(t1 - t0)
                 cell["decompress_s"].append(t2 - t1)
+                cell["compress_faults"].append(f1 - f0)
+                cell["decompress_faults"].append(f2 - f1)
                 cell["bound_ok"] &= bool(np.max(np.abs(y.astype(np.float64) - a)) <= args.rel * vr)
             cell["bytes"] = len(blob)
             out["cells"][f"{path.name}|{n}"] = cell
@@ -134,6 +143,7 @@ def main() -> int:
         versions[args.baseline_label] = args.baseline_src.resolve()
     times = {v: {} for v in versions}
     sizes = {v: {} for v in versions}
+    faults = {}
     bad = 0
     for r in range(args.rounds):
         for v, src in (versions.items() if r % 2 == 0 else reversed(versions.items())):
@@ -142,10 +152,16 @@ def main() -> int:
                 times[v].setdefault(key, []).extend((c["nbytes"] / 1e6 / tc, c["nbytes"] / 1e6 / td)
                                                     for tc, td in zip(c["compress_s"], c["decompress_s"]))
                 sizes[v][key] = c["bytes"]
+                faults.setdefault(v, {}).setdefault(key, []).extend(zip(c["compress_faults"], c["decompress_faults"]))
                 bad += not c["bound_ok"]
         print(f"round {r + 1}/{args.rounds} done", flush=True)
-    cells = {v: {k: dict(compress_mbs=statistics.median(x[0] for x in t), decompress_mbs=statistics.median(
-        x[1] for x in t), bytes=sizes[v][k]) for k, t in times[v].items()} for v in versions}
+    def cell(v, k, t):
+        f = faults[v][k]
+        return dict(compress_mbs=statistics.median(x[0] for x in t), decompress_mbs=statistics.median(x[1] for x in t),
+                    bytes=sizes[v][k], compress_faults=statistics.median(x[0] for x in f),
+                    decompress_faults=statistics.median(x[1] for x in f))
+
+    cells = {v: {k: cell(v, k, t) for k, t in times[v].items()} for v in versions}
     report = dict(machine=machine(), rel=args.rel, rounds=args.rounds, repeats=args.repeats, threads=args.threads,
                   fields=[p.name for p in paths], versions={v: str(s) for v, s in versions.items()}, cells=cells,
                   date=time.strftime("%Y-%m-%d"))

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The checks a GPU machine of 16 cores runs in one call (results under $OUT): the CUDA tests, then
+# strata.lossy on 1..16 threads against an earlier source tree. Inputs, carried beside the checkout:
+#   DATA  folder of raw fields (default .devdata)     BASE  src folder of the earlier tree (default .devbase/src)
+set -o pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src"
+OUT=${OUT:-/tmp/device_out}; DATA=${DATA:-.devdata}; BASE=${BASE:-.devbase/src}
+mkdir -p "$OUT"
+{ nvidia-smi -L; nproc; python3 -c "import sys, numpy, numba, torch; print(sys.version.split()[0], numpy.__version__, numba.__version__, torch.__version__, torch.cuda.is_available())"; } > "$OUT/env.txt" 2>&1
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_comm_cuda.py 2>&1 | tee "$OUT/cuda_tests.log" | tail -3
+timeout 330 python3 benchmarks/lossy_threads.py --data "$DATA" --baseline-src "$BASE" --baseline-label 270b5eb \
+    --fields ns3d192,ns3d_vx,era5_t2m,das_silixa --threads 1,2,4,8,16 --rounds 2 --repeats 3 \
+    --out "$OUT/lossy_threads" 2>&1 | tail -30

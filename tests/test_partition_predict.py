@@ -269,3 +269,36 @@ def test_psnr_objective_buys_psnr_with_bits_and_keeps_the_bound():
     assert out["psnr"][1] - out["ratio"][1] > 6.02 * extra_bits
     with pytest.raises(InvalidInputError):
         compress(a, rel_error=1e-2, objective="ssim")
+
+
+def test_reverse_pass_order_is_kept_when_it_shrinks_the_estimate():
+    """After the interpolation, the tuner tries the reverse pass order (SZ3's other direction) and
+    keeps it only when the estimated size shrinks by ORDER_MARGIN; fields rougher along their
+    first axis take it, and their streams keep the bound."""
+    from dataclasses import replace
+
+    from strata import compress, decompress
+    from strata.lossy.tune import ORDER_MARGIN, ORDERS, choose, estimate_bits, sample_boxes
+
+    from .synthetic import waves
+
+    rng = np.random.default_rng(0)
+    taken = 0
+    for shape, seed in (((24, 64, 64), 0), ((40, 200), 1), ((200, 40), 2), ((48, 48, 48), 3)):
+        a = waves(shape, seed, np.float32)
+        if seed < 3:  # (rough along the first axis)
+            a += 0.05 * np.cumsum(rng.standard_normal(shape), axis=0).astype(np.float32)
+        eb = 1e-2 * float(np.ptp(a))
+        settings, _ = choose(a, eb)
+        shape3 = as_3d_shape(a.shape)
+        base = replace(settings, alpha8=8, beta8=8)
+
+        def bits(order, a=a, shape3=shape3, eb=eb, base=base):
+            return estimate_bits(a.reshape(-1), shape3, eb, replace(base, order=order), sample_boxes(shape3))[0]
+
+        shrinks = bits(ORDERS[0]) < (1 - ORDER_MARGIN) * bits((0, 1, 2))
+        assert (settings.order == ORDERS[0]) == shrinks
+        taken += shrinks
+        if shrinks:
+            assert np.abs(decompress(compress(a, abs_error=eb)).astype(np.float64) - a).max() <= eb
+    assert taken

@@ -4,7 +4,8 @@ Like SZ3's tuner for its interpolation compressor (Liang et al., "SZ3", IEEE TBD
 Sec. V; Zhao et al., ICDE'21, Sec. V-C), each candidate setting is tried on a sample and
 the one with the smallest estimated size wins. The candidates are cubic or linear
 interpolation and, for each short axis, refining that axis first (a *flat* axis, for stacks
-of unlike 2D fields such as pressure levels).
+of unlike 2D fields such as pressure levels); then, on the best of them, the reverse pass order
+and the level-wise bounds.
 
 The trial runs the real, closed-loop passes: the coarse steps on the whole array (they hold
 about 1/64 of the points, but at high ratios much of the size), and the finest
@@ -54,9 +55,16 @@ class Settings:
 LEVEL_FACTORS = ((9, 10),)
 #: ... kept only when they shrink the estimated size by this share at least (the estimate's
 #: error on the sampled finest steps). Both chosen with each family of the project's data held
-#: out in turn (benchmarks/lofo_level_factors.py): every choice without a family was this one or
+#: out in turn (benchmarks/lofo_tuner_rules.py): every choice without a family was this one or
 #: within 0.4 % of its ratio on that family.
 LEVEL_MARGIN = 0.02
+#: Pass orders tried after ``(0, 1, 2)`` on the best interpolation, as SZ3's tuner tries its
+#: reverse (Liang et al., IEEE TBD 2022, Sec. V; ``interpDirection``) ...
+ORDERS = ((2, 1, 0),)
+#: ... kept only when they shrink the estimated size by this share at least. Chosen with each
+#: family of the project's data held out (benchmarks/lofo_tuner_rules.py --rule pass-order): 15
+#: of the 17 choices without a family were this one.
+ORDER_MARGIN = 0.04
 #: What :func:`choose` optimizes: ``"ratio"``, the estimated size at the bound (SZ3's tuner, QoZ's
 #: compression-ratio target), or ``"psnr"``, bits at equal PSNR (QoZ's rate-distortion target).
 OBJECTIVES = ("ratio", "psnr")
@@ -366,6 +374,13 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
     for c in cands:
         bits, trial = trials.run(c)
         if best_bits is None or bits < best_bits:
+            best, best_bits, best_trial = c, bits, trial
+    # the pass order: the other directions on the best interpolation
+    first_bits = best_bits
+    for order in ORDERS:
+        c = replace(best, order=order)
+        bits, trial = trials.run(c)
+        if bits < (1 - ORDER_MARGIN) * first_bits and bits < best_bits:
             best, best_bits, best_trial = c, bits, trial
     if objective == "psnr":
         best, best_trial = _rate_distortion(trials, best, best_trial)

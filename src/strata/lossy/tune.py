@@ -375,9 +375,9 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
         bits, trial = trials.run(c)
         if best_bits is None or bits < best_bits:
             best, best_bits, best_trial = c, bits, trial
-    # the pass order: the other directions on the best interpolation
+    # the pass order: the other directions on the best interpolation (none along one axis)
     first_bits = best_bits
-    for order in ORDERS:
+    for order in ORDERS if sum(n > 1 for n in shape3) > 1 else ():
         c = replace(best, order=order)
         bits, trial = trials.run(c)
         if bits < (1 - ORDER_MARGIN) * first_bits and bits < best_bits:

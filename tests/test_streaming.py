@@ -165,3 +165,49 @@ def test_sources_bytes_path_fileobj(tmp_path, stream3d):
         assert np.array_equal(strata.decompress(f), ref)
     assert np.array_equal(strata.decompress(memoryview(blob)), ref)
     assert np.array_equal(strata.decompress(bytearray(blob)), ref)
+
+
+def _chunk_edges(blob):
+    """Per level: ``(log2 chunk edge, number of chunks)`` from the level heads."""
+    from strata import varint
+    from strata.lossy import LossyReader
+
+    r = LossyReader(blob)
+    out = []
+    for k, entry in enumerate(r.header.levels):
+        off = r._level_offsets[k]
+        head = np.frombuffer(blob[off:off + entry.head_len], np.uint8)
+        tlen, pos = varint.get(head, 2, len(head))
+        n, _ = varint.get(head, pos + tlen, len(head))
+        out.append((int(head[1]), int(n)))
+    return out
+
+
+def test_highly_compressible_levels_get_larger_chunks_and_read_alike():
+    """A level whose chunks would average less than SMALL_CHUNK_BYTES takes a larger chunk edge
+    (each chunk's framing is ~10 bytes): fewer chunks than the default edge gives, a smaller
+    stream, and every region read still equals the whole read."""
+    from strata.lossy import codec
+
+    z, y, x = np.meshgrid(np.arange(6), np.arange(120), np.arange(240), indexing="ij")
+    a = (np.sin(x / 37.0 + z * 0.3) * np.cos(y / 23.0)).astype(np.float32)  # (ratio about 350 at 1e-2)
+    blob = strata.compress(a, rel_error=1e-2)
+    edges = _chunk_edges(blob)
+    default = codec.Partition.get(a.shape).default_tile().bit_length() - 1
+    assert any(t > default for t, _ in edges[1:])
+    saved = codec.SMALL_CHUNK_BYTES
+    codec.SMALL_CHUNK_BYTES = 0
+    try:
+        plain = strata.compress(a, rel_error=1e-2)
+    finally:
+        codec.SMALL_CHUNK_BYTES = saved
+    assert all(t <= default for t, _ in _chunk_edges(plain)[1:])
+    assert sum(n for _, n in edges) < sum(n for _, n in _chunk_edges(plain))
+    assert len(blob) < len(plain)
+    y = strata.decompress(blob)
+    assert max_abs_error(a, y) <= 1e-2 * float(np.ptp(a))
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        lo = [int(rng.integers(0, n)) for n in a.shape]
+        region = tuple(slice(lo_, int(rng.integers(lo_ + 1, n + 1))) for lo_, n in zip(lo, a.shape))
+        assert np.array_equal(strata.decompress(blob, region=region), y[region])

@@ -11,7 +11,7 @@ from strata.lossy import chunks
 from strata.lossy.codec import level_geometry
 from strata.lossy.missing import NO_MISSING
 from strata.lossy.partition import Box, Partition, as_3d_shape, grid_shape
-from strata.lossy.predict import encode_origin, encode_passes, pass_table
+from strata.lossy.predictors.interpolation import encode_origin, encode_passes, pass_table
 from strata.lossy.quantize import RADIUS, UNPREDICTABLE, quantize_reference
 
 SHAPES = [(1, 1, 1), (1, 1, 7), (1, 5, 9), (3, 17, 2), (33, 1, 65), (9, 10, 11), (64, 64, 64), (6, 241, 30)]

@@ -9,7 +9,7 @@ Method (STZ, Wang et al., SC'25, with SZ3's interpolation, Zhao et al., ICDE'21)
 2. The settings -- pass order, flat axes, level-wise bounds, cubic or linear interpolation --
    come from :mod:`strata.lossy.tune` unless given.
 3. The grid is refined step by step (:mod:`strata.lossy.partition`); every point is predicted
-   from reconstructed coarser points and quantized (:mod:`strata.lossy.predict`,
+   from reconstructed coarser points and quantized (:mod:`strata.lossy.predictors`,
    :mod:`strata.lossy.quantize`), so each decoded value is within the bound of its step,
    never more than the user's bound.
 4. Each level's codes are entropy coded chunk by chunk (:mod:`strata.lossy.chunks`) and laid
@@ -25,12 +25,13 @@ import numpy as np
 from .._numba import kernel_threads, workers
 from ..container import KIND_LOSSY, Source, Writer, crc32, pack, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError, UnsupportedDtypeError
-from . import chunk_encoder, chunks, exact, lattice, missing
+from . import chunk_encoder, chunks, exact, missing
 from . import mask as mask_coder
 from . import metadata as meta
 from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
 from .partition import Partition, as_3d_shape
-from .predict import encode_origin, encode_passes, pass_table
+from .predictors import lattice
+from .predictors.interpolation import encode_origin, encode_passes, pass_table
 from .quantize import RADIUS
 from .target import TargetRecord
 from .tune import OBJECTIVES, Settings, choose, grid_bits, sample_bits

@@ -7,7 +7,7 @@ the length of the exact-value section, and per level the lengths of its head and
 then an optional extension (streams written before it have none): flags, the missing-value
 fields (count, fill pattern, the first point's prediction, per level the lengths of its mask
 index and mask payload), the metadata section's length, the valid range, the enhancement section's length,
-the target section's length, the lattice the values are coded on (:mod:`strata.lossy.lattice`).
+the target section's length, the lattice the values are coded on (:mod:`strata.lossy.predictors.lattice`).
 Every size is validated against ``MAX_ELEMENTS`` and the stream length before anything is
 allocated.
 """
@@ -22,8 +22,8 @@ import numpy as np
 
 from ..container import Reader, Writer
 from ..errors import CorruptStreamError, ResourceLimitError
-from .lattice import EXACT_INTEGER, Lattice
 from .partition import Partition, Step, as_3d_shape
+from .predictors.lattice import EXACT_INTEGER, Lattice
 
 #: Largest number of values strata decodes (2**40, 4 TiB of float32).
 MAX_ELEMENTS = 1 << 40
@@ -117,7 +117,7 @@ class LossyHeader:
     @property
     def coding_eb(self) -> float:
         """The bound the predictor and quantizer work with: ``eb``, or on a lattice the bound
-        of the lattice index (:attr:`strata.lossy.lattice.Lattice.coding_bound`, in steps)."""
+        of the lattice index (:attr:`strata.lossy.predictors.lattice.Lattice.coding_bound`, in steps)."""
         return self.lattice.coding_bound if self.lattice is not None else self.eb
 
     def step_bounds(self, steps: tuple[Step, ...]) -> tuple[float, ...]:

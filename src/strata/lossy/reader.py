@@ -24,7 +24,7 @@ from . import metadata as meta
 from .codec import level_geometry
 from .header import LossyHeader
 from .partition import Box, as_3d_shape, grid_shape
-from .predict import decode_origin, decode_passes, pass_table, preview_passes
+from .predictors.interpolation import decode_origin, decode_passes, pass_table, preview_passes
 from .quantize import narrow_fits
 from .target import TargetRecord
 from .window import Window

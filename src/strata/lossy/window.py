@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from .partition import Box, Partition, Vec, grid_shape
-from .predict import count_points, geometry_rows, step_arrays
+from .predictors.interpolation import count_points, geometry_rows, step_arrays
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Window:
         return np.array(self.shape, np.int64)
 
     def table(self, plan, bounds, cubic):
-        """Pass table (see :func:`strata.lossy.predict.pass_table`) of ``plan`` (passes in
+        """Pass table (see :func:`strata.lossy.predictors.interpolation.pass_table`) of ``plan`` (passes in
         full-resolution indices, all on this window's grid) in window coordinates, clipped to
         the window."""
         rows = geometry_rows(plan, self.shape)

@@ -1,4 +1,5 @@
-"""Choice of predictor settings by trial on samples of the data.
+"""Choice of predictor settings by trial on samples of the data: the only place a compression's
+choices are made (:func:`choose`), turned into its plan by :func:`make_plan`.
 
 Like SZ3's tuner for its interpolation compressor (Liang et al., "SZ3", IEEE TBD 2022,
 Sec. V; Zhao et al., ICDE'21, Sec. V-C), each candidate setting is tried on a sample and
@@ -23,10 +24,11 @@ import numpy as np
 from numba import njit
 
 from ..errors import InvalidInputError
-from .header import step_bounds
 from .missing import NO_MISSING
 from .partition import Box, Partition, as_3d_shape
-from .predictors.interpolation import count_codes, count_points, encode_origin, encode_passes, geometry_rows
+from .plan import Plan, step_bounds
+from .predictors.interpolation import count_codes, count_points, encode_passes, geometry_rows
+from .predictors.origin import encode_origin
 from .quantize import HIST_CLIP, RADIUS, UNPREDICTABLE
 
 
@@ -46,6 +48,15 @@ class Settings:
     alpha8: int = 8
     beta8: int = 8
     cubic: bool = True
+
+
+def make_plan(settings: Settings, shape: tuple[int, ...], dtype, eb: float, lattice=None,
+              origin_pred: float = 0.0) -> Plan:
+    """The compression plan (:class:`strata.lossy.plan.Plan`) of ``settings`` for an array of
+    ``shape`` and ``dtype`` at coding bound ``eb``, on ``lattice`` (or None) with first-point
+    prediction ``origin_pred``: every step interpolated, cubic or linear as ``settings`` say."""
+    return Plan.make(shape, dtype, eb, settings.order, settings.flat, settings.alpha8, settings.beta8,
+                     settings.cubic, lattice, origin_pred)
 
 
 #: Level-wise bound factors ``(alpha8, beta8)`` tried after none, in this order while each
@@ -165,7 +176,7 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``), the
     trial's quantization codes (int32, full-resolution layout; complete when ``boxes`` is
     None, i.e. the trial covered the whole array, and then equal to what
-    :func:`strata.lossy.codec.predict_all` computes for these settings) and their histogram
+    :func:`strata.lossy.encoder.predict_all` computes for these settings) and their histogram
     per step (int64 ``(n_steps, HIST_CLIP + 2)``: ``|q|`` clipped, unpredictable values last;
     missing points left out).
 
@@ -288,7 +299,7 @@ def plan(shape3, settings, boxes):
 
 
 #: The winning trial of :func:`choose` when the trials covered the whole array: its codes (int32,
-#: full-resolution layout: what :func:`strata.lossy.codec.predict_all` computes) and their
+#: full-resolution layout: what :func:`strata.lossy.encoder.predict_all` computes) and their
 #: histogram per step (:func:`estimate_bits`), which sizes the levels without another pass.
 Trial = namedtuple("Trial", "codes hist")
 

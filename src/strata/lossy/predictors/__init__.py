@@ -35,13 +35,14 @@ class Predictor(Protocol):
 
     A *table* is what the predictor's compiled passes take for the passes of some steps (the
     geometry of each pass, the bound and parameter of its step; opaque to the callers):
-    ``pass_table(passes, bounds, param, part, key)``, ``passes`` ``{step index: [Pass, ...]}``,
-    ``bounds[i]`` the coding bound of step ``i``, ``param(i)`` its parameter; ``part`` and
-    ``key`` memoize the geometry in ``part.cache``. ``geo`` places the arrays in the whole grid
+    ``pass_table(passes, bounds, param, part, key, rows)``, ``passes`` ``{step index: [Pass,
+    ...]}``, ``bounds[i]`` the coding bound of step ``i``, ``param(i)`` its parameter; ``part``
+    and ``key`` memoize the geometry in ``part.cache``; ``rows``, the passes' geometry in a
+    region read's window (:meth:`strata.lossy.window.Window.rows`). ``geo`` places the arrays in the whole grid
     (a region read's window, :class:`strata.lossy.window.Window`; None: the whole array).
     """
 
-    def pass_table(self, passes, bounds, param, part=None, key=None): ...
+    def pass_table(self, passes, bounds, param, part=None, key=None, rows=None): ...
 
     def encode_passes(self, x, codes, orig, missing, shape, table, geo=None) -> None:
         """Predict and quantize the table's points (reconstructions into ``x``, codes into ``codes``)."""

@@ -502,20 +502,25 @@ def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u1, cubic, eb, inv_
         bx[t] = select(keep, x[j], x.dtype.type(pred))
 
 
-def pass_table(plan, bounds, cubic, part=None, key=None):
+def pass_table(plan, bounds, cubic, part=None, key=None, rows=None):
     """Arrays for the pass runners: one row per pass, with its bound and interpolation.
 
     Args:
         plan: ``{step index: [Pass, ...]}``, run in increasing step order.
         bounds: error bound of each step (indexable by step index).
-        cubic: interpolation of each step (callable ``cubic(step) -> bool``).
+        cubic: interpolation of each step (callable ``cubic(step)``, true for cubic: the
+            step's parameter, :meth:`strata.lossy.plan.Plan.param`).
         part: the partition; with ``key``, the geometry rows are memoized in ``part.cache``.
+        rows: the passes' geometry rows when the caller has them (a region read's window:
+            :meth:`strata.lossy.window.Window.rows`), else computed (:func:`geometry_rows`).
 
     Returns:
         ``(rows, bounds, cubic, points)``, ``points`` about the number of points the passes
         visit (it picks the serial or the parallel runner).
     """
-    if part is not None and key is not None and key in part.cache:
+    if rows is not None:
+        points = count_points(rows)
+    elif part is not None and key is not None and key in part.cache:
         rows, points = part.cache[key]
     else:
         shape = part.shape if part is not None else None
@@ -646,25 +651,3 @@ SERIAL_POINTS = 1 << 15
 
 def _runner(table):
     return pick(_sweep, _sweep_serial, table[3] < SERIAL_POINTS)
-
-
-@njit(nogil=True, cache=True)
-def _origin(x, codes, orig, eb, pred):
-    inv_bin = 0.5 / eb if eb > 0 else 0.0
-    codes[0] = quantize_into(x, 0, np.float64(orig[0]), pred, eb, inv_bin, 2.0 * eb)
-
-
-@njit(nogil=True, cache=True)
-def _origin_decode(x, codes, eb, pred):
-    dequantize_into(x, 0, codes, pred, 2.0 * eb)
-
-
-def encode_origin(x, codes, orig, eb, pred=0.0):
-    """Quantize the first point (the one-point starting grid) against the prediction
-    ``pred`` (0, or the mean of the valid values in a stream with missing values)."""
-    _origin(x, codes, orig, eb, float(pred))
-
-
-def decode_origin(x, codes, eb, pred=0.0):
-    """Reconstruct the first point (see :func:`encode_origin`)."""
-    _origin_decode(x, codes, eb, float(pred))

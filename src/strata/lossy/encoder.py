@@ -1,0 +1,144 @@
+"""The encoder: a compression plan and an array's values in, each level's sections out.
+
+:func:`predict_all` runs the plan's predictors over the whole array (quantization codes and
+the reconstruction, closed loop); :func:`encode_level` codes one level's codes chunk by chunk
+(:mod:`strata.lossy.chunk_encoder`) with its mask (:mod:`strata.lossy.mask`). The plan
+(:class:`strata.lossy.plan.Plan`) says how every point is predicted and quantized; the only
+choice made here is a layout one, the chunk edge and coder of each level
+(:func:`choose_tile`, from the level's codes: the level head records it, and the decoded values
+do not depend on it).
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from .._numba import workers
+from ..container import Writer, crc32
+from . import chunk_encoder, chunks, missing
+from . import mask as mask_coder
+from .partition import Partition
+from .plan import Plan, level_geometry
+from .predictors.origin import encode_origin
+from .tune import grid_bits, sample_bits
+
+#: Smallest average chunk (estimated bytes) for which a level gets half-size chunks.
+MIN_CHUNK_BYTES = 1200
+
+
+def predict_all(orig: np.ndarray, missing: np.ndarray, plan: Plan, x: np.ndarray | None = None,
+                codes: np.ndarray | None = None) -> np.ndarray:
+    """Quantization codes (flat int32) of every point under ``plan``, in full-resolution layout
+    (``missing``: the flat uint8 mask, empty without one), into ``codes`` if given. ``x`` is the
+    working array the reconstructed values go to: a copy of ``orig`` when points are missing;
+    without, any array of its size and dtype (every point is written before it is read). Each
+    run of steps with one predictor goes to that predictor's passes in one call."""
+    if x is None:
+        x = orig.copy() if missing.size else np.empty_like(orig)
+    if codes is None:
+        codes = np.empty(orig.size, dtype=np.int32)
+    part = plan.partition
+    encode_origin(x, codes, orig, plan.origin_bound, plan.origin_pred)
+    last = len(part.steps) - 1
+    passes = part.plan_passes(None, last)
+    shape = np.array(part.shape, np.int64)
+    for predictor, steps in plan.runs(0, last):
+        run = {i: passes[i] for i in steps}
+        predictor.encode_passes(x, codes, orig, missing, shape,
+                                predictor.pass_table(run, plan.bounds, plan.param, part,
+                                                     ("rows", steps.start, steps.stop)))
+    return codes
+
+
+def level_layout(part: Partition, level: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`strata.lossy.chunk_encoder.layout` of the level's chunks on edge ``tile`` (cached:
+    it depends on the geometry alone, and walks every row of every chunk)."""
+    key = ("layout", level, tile)
+    if key not in part.cache:
+        _, _, refined, base, boxes = level_geometry(part, level, tile)
+        part.cache[key] = chunk_encoder.layout(boxes, refined, base)
+    return part.cache[key]
+
+
+def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int,
+                step_hist: np.ndarray | None = None) -> tuple[int, int]:
+    """Chunk edge and coder for ``level``: half the default edge when the level's estimated
+    coded size still gives every chunk at least ``MIN_CHUNK_BYTES`` (smaller chunks make region
+    reads cheaper; each chunk costs about a dozen bytes of index, checksum and coder state);
+    :data:`~strata.lossy.chunks.CODER_LANES` when its chunks then average at least
+    :data:`~strata.lossy.chunks.LANES_MIN_CHUNK_BYTES` (its extra states cost 12 bytes a chunk)."""
+    t = part.default_tile()
+    if level == 0:
+        return t, chunks.CODER_SERIAL
+    if step_hist is not None:
+        # the tuner's whole-array trial counted these codes already (the same estimate: a
+        # grid this small is sampled whole)
+        est_bytes = grid_bits(step_hist, part.base_steps + level, codes[0], part.level_points(level),
+                              8 * itemsize) / 8
+    else:
+        q = part.level_stride(level)
+        grid = codes.reshape(part.shape)[::q[0], ::q[1], ::q[2]]  # a view
+        long_axes = sum(n > 1 for n in grid.shape)
+        skip = max(1, round((grid.size / 65536) ** (1 / max(1, long_axes))))
+        sample = grid[tuple(slice(None, None, skip if n > 1 else 1) for n in grid.shape)].ravel()
+        est_bytes = sample_bits(sample, part.level_points(level), 8 * itemsize) / 8
+    small = max(1, t // 2)
+    if est_bytes / part.chunk_boxes(level, small).shape[0] >= MIN_CHUNK_BYTES:
+        t = small
+    lanes = est_bytes / part.chunk_boxes(level, t).shape[0] >= chunks.LANES_MIN_CHUNK_BYTES
+    return t, chunks.CODER_LANES if lanes else chunks.CODER_SERIAL
+
+
+def encode_level(plan: Plan, level: int, codes: np.ndarray, orig: np.ndarray,
+                 miss: np.ndarray | None = None, step_hist: np.ndarray | None = None
+                 ) -> tuple[bytes, bytes, bytes, bytes]:
+    """Code one level of the codes of ``plan`` (:func:`predict_all`): returns its head (tables,
+    chunk index, CRC), its mask index and mask payload (empty without a mask: ``miss`` is the
+    flat uint8 mask or None) and its payload (chunks). ``step_hist``: the histogram per step of
+    ``codes`` from a whole-array trial of the tuner (:class:`strata.lossy.tune.Trial`), which
+    :func:`choose_tile` then reads instead of the codes."""
+    part = plan.partition
+    tile, coder = choose_tile(part, level, codes, orig.dtype.itemsize, step_hist)
+    shape, stride, refined, base, boxes = level_geometry(part, level, tile)
+    if miss is None:
+        mask_index, mask_payload, miss = b"", b"", missing.NO_MISSING
+    else:
+        # the mask on the default chunk edge: its chunks pay framing and relearn the first
+        # slice, so they gain nothing from the smaller chunks that serve region reads of codes
+        mask_index, mask_payload = mask_coder.encode_level(miss, *level_geometry(part, level))
+    offsets, raw_offsets = level_layout(part, level, tile)
+    n = int(offsets[-1])
+    n_chunks = len(offsets) - 1
+    syms = np.empty(n, np.uint8)
+    ctxs = np.empty(n, np.uint8)
+    n_syms = np.zeros(n_chunks, np.int64)
+    n_workers = workers(n_chunks)
+    hist = np.zeros((n_workers, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
+    raw = np.empty(int(raw_offsets[-1]), np.uint8)
+    n_raw = np.zeros(n_chunks, np.int64)
+    n_unpred = np.zeros(n_chunks, np.int64)
+    unpred_at = np.empty((n_chunks, chunk_encoder.UNPRED_SLOTS), np.int64)
+    small = n < chunks.SERIAL_POINTS
+    analyze, encode, assemble = (chunk_encoder.runner(k, small)
+                                 for k in (chunk_encoder.analyze, chunk_encoder.encode, chunk_encoder.assemble))
+    analyze(codes, miss, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw, raw_offsets,
+            n_raw, n_unpred, unpred_at, coder, n_workers)
+    group, table_bytes, enc = chunk_encoder.level_tables(hist)
+    cmap = chunks.CONTEXT_GROUPS[group]
+    itemsize = orig.dtype.itemsize
+    unpred_bytes, buf_offsets = chunk_encoder.buffer_layout(n_unpred, n_syms, itemsize)
+    buf = np.empty(int(buf_offsets[-1]), np.uint8)
+    n_rans = np.zeros(n_chunks, np.int64)
+    encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
+           cmap, enc, n_unpred, unpred_at, buf, buf_offsets, n_rans, coder, n_workers)
+    lens, out_offsets = chunk_encoder.chunk_lengths(n_rans, n_raw, unpred_bytes)
+    payload = np.empty(int(out_offsets[-1]), np.uint8)
+    assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, unpred_bytes, payload, out_offsets)
+    pay = payload.tobytes()
+    head = (Writer().u8(coder << 4 | group).u8(tile.bit_length() - 1).blob(table_bytes).varint(n_chunks)
+            .varints(lens).crcs(pay, out_offsets).getvalue())
+    return head + struct.pack("<I", crc32(head)), mask_index, mask_payload, pay
+
+
+__all__ = ["MIN_CHUNK_BYTES", "choose_tile", "encode_level", "level_layout", "predict_all"]

@@ -51,13 +51,13 @@ def predict_all(orig: np.ndarray, missing: np.ndarray, plan: Plan, x: np.ndarray
     return codes
 
 
-def level_layout(part: Partition, level: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
+def level_layout(part: Partition, level: int, tile: int) -> chunk_encoder.ChunkLayout:
     """:func:`strata.lossy.chunk_encoder.layout` of the level's chunks on edge ``tile`` (cached:
     it depends on the geometry alone, and walks every row of every chunk)."""
     key = ("layout", level, tile)
     if key not in part.cache:
         _, _, refined, base, boxes = level_geometry(part, level, tile)
-        part.cache[key] = chunk_encoder.layout(boxes, refined, base)
+        part.cache[key] = chunk_encoder.ChunkLayout(*chunk_encoder.layout(boxes, refined, base))
     return part.cache[key]
 
 
@@ -100,41 +100,35 @@ def encode_level(plan: Plan, level: int, codes: np.ndarray, orig: np.ndarray,
     :func:`choose_tile` then reads instead of the codes."""
     part = plan.partition
     tile, coder = choose_tile(part, level, codes, orig.dtype.itemsize, step_hist)
-    shape, stride, refined, base, boxes = level_geometry(part, level, tile)
+    geometry = level_geometry(part, level, tile)
     if miss is None:
         mask_index, mask_payload, miss = b"", b"", missing.NO_MISSING
     else:
         # the mask on the default chunk edge: its chunks pay framing and relearn the first
         # slice, so they gain nothing from the smaller chunks that serve region reads of codes
         mask_index, mask_payload = mask_coder.encode_level(miss, *level_geometry(part, level))
-    offsets, raw_offsets = level_layout(part, level, tile)
-    n = int(offsets[-1])
-    n_chunks = len(offsets) - 1
-    syms = np.empty(n, np.uint8)
-    ctxs = np.empty(n, np.uint8)
-    n_syms = np.zeros(n_chunks, np.int64)
+    layout = level_layout(part, level, tile)
+    n = int(layout.offsets[-1])
+    n_chunks = len(layout.offsets) - 1
     n_workers = workers(n_chunks)
-    hist = np.zeros((n_workers, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
-    raw = np.empty(int(raw_offsets[-1]), np.uint8)
-    n_raw = np.zeros(n_chunks, np.int64)
-    n_unpred = np.zeros(n_chunks, np.int64)
-    unpred_at = np.empty((n_chunks, chunk_encoder.UNPRED_SLOTS), np.int64)
+    found = chunk_encoder.Analysis(
+        syms=np.empty(n, np.uint8), ctxs=np.empty(n, np.uint8), n_syms=np.zeros(n_chunks, np.int64),
+        hist=np.zeros((n_workers, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64),
+        raw=np.empty(int(layout.raw_offsets[-1]), np.uint8), n_raw=np.zeros(n_chunks, np.int64),
+        n_unpred=np.zeros(n_chunks, np.int64), unpred_at=np.empty((n_chunks, chunk_encoder.UNPRED_SLOTS), np.int64))
     small = n < chunks.SERIAL_POINTS
     analyze, encode, assemble = (chunk_encoder.runner(k, small)
                                  for k in (chunk_encoder.analyze, chunk_encoder.encode, chunk_encoder.assemble))
-    analyze(codes, miss, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw, raw_offsets,
-            n_raw, n_unpred, unpred_at, coder, n_workers)
-    group, table_bytes, enc = chunk_encoder.level_tables(hist)
+    analyze(codes, miss, geometry, layout, found, coder, n_workers)
+    group, table_bytes, enc = chunk_encoder.level_tables(found.hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
-    unpred_bytes, buf_offsets = chunk_encoder.buffer_layout(n_unpred, n_syms, itemsize)
-    buf = np.empty(int(buf_offsets[-1]), np.uint8)
-    n_rans = np.zeros(n_chunks, np.int64)
-    encode(codes, orig.view(np.uint8), itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
-           cmap, enc, n_unpred, unpred_at, buf, buf_offsets, n_rans, coder, n_workers)
-    lens, out_offsets = chunk_encoder.chunk_lengths(n_rans, n_raw, unpred_bytes)
+    unpred_bytes, buf_offsets = chunk_encoder.buffer_layout(found.n_unpred, found.n_syms, itemsize)
+    coded = chunk_encoder.Coded(np.empty(int(buf_offsets[-1]), np.uint8), buf_offsets, np.zeros(n_chunks, np.int64))
+    encode(codes, orig.view(np.uint8), itemsize, geometry, layout, found, cmap, enc, coded, coder, n_workers)
+    lens, out_offsets = chunk_encoder.chunk_lengths(coded.n_rans, found.n_raw, unpred_bytes)
     payload = np.empty(int(out_offsets[-1]), np.uint8)
-    assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, unpred_bytes, payload, out_offsets)
+    assemble(coded, found, layout, unpred_bytes, payload, out_offsets)
     pay = payload.tobytes()
     head = (Writer().u8(coder << 4 | group).u8(tile.bit_length() - 1).blob(table_bytes).varint(n_chunks)
             .varints(lens).crcs(pay, out_offsets).getvalue())

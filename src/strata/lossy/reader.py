@@ -23,6 +23,7 @@ from . import chunk_decoder, chunks, exact, mask, missing, selection, verify
 from . import metadata as meta
 from .header import LossyHeader
 from .partition import Box, as_3d_shape, grid_shape
+from .plan import LevelGeometry
 from .predictors.origin import decode_origin
 from .quantize import narrow_fits
 from .target import TargetRecord
@@ -889,12 +890,11 @@ class LossyReader:
         if len(ids) == 0:
             return
         t = self._level_tables(lv)
-        shape, stride, refined, base_flag, boxes = _geometry(self._cplan.geometry(lv, t.tile), win)
+        geometry = _geometry(self._cplan.geometry(lv, t.tile), win)
         errors = np.zeros(len(ids), np.int64)
         small = len(ids) == 1
         decode = chunk_decoder.runner(chunk_decoder.decode, small)
-        decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, miss, shape, stride, refined, base_flag,
-               boxes, *t.dtab, errors, workers(len(ids)))
+        decode(loaded, codes, x.view(np.uint8), x.itemsize, miss, geometry, t.dtab, errors, workers(len(ids)))
         if errors.any():
             j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")
@@ -940,13 +940,12 @@ def _output_limit(max_output_bytes) -> int:
     return int(v)
 
 
-def _geometry(geometry, win: Window | None):
-    """The chunk kernels' ``shape, stride, refined, base, boxes`` for arrays of the whole
+def _geometry(geometry: LevelGeometry, win: Window | None) -> LevelGeometry:
+    """The chunk kernels' :data:`~strata.lossy.plan.LevelGeometry` for arrays of the whole
     shape, or of the window ``win`` (its shape, unit strides, boxes in its coordinates)."""
     if win is None:
         return geometry
-    _, _, refined, base, boxes = geometry
-    return win.shape_array, _UNIT, refined, base, win.local_boxes(boxes)
+    return geometry._replace(shape=win.shape_array, stride=_UNIT, boxes=win.local_boxes(geometry.boxes))
 
 
 _UNIT = np.ones(3, np.int64)

@@ -56,6 +56,10 @@ Analysis = namedtuple("Analysis", "syms ctxs n_syms hist raw n_raw n_unpred unpr
 #: (:func:`buffer_layout`), ``n_rans[c]`` bytes of rANS at its end.
 Coded = namedtuple("Coded", "buf buf_offsets n_rans")
 
+# (The kernels take these, and :data:`~strata.lossy.plan.LevelGeometry`, as plain tuples,
+# ``tuple(x)``: numba types a namedtuple argument in Python at every call, 0.7 us for eight
+# arrays against 0.1 for a tuple, which a small array's levels would pay dozens of times.)
+
 
 @njit(parallel=True, nogil=True, cache=True)
 def analyze(codes, missing, geometry, layout, out, coder, n_workers):
@@ -178,9 +182,8 @@ def encode(codes, orig_bytes, itemsize, geometry, layout, analysis, ctxmap, enc,
     chunk's codes when there are more than ``UNPRED_SLOTS``.
     """
     shape, stride, refined, base, boxes = geometry
-    offsets = layout.offsets
-    syms, ctxs, n_syms, n_unpred, unpred_at = (analysis.syms, analysis.ctxs, analysis.n_syms, analysis.n_unpred,
-                                               analysis.unpred_at)
+    offsets = layout[0]
+    syms, ctxs, n_syms, _, _, _, n_unpred, unpred_at = analysis
     buf, buf_offsets, n_rans = out
     d0, d1, d2 = grid_steps(shape, stride)
     flat = enc.ravel()
@@ -272,7 +275,8 @@ def assemble(coded, analysis, layout, n_unpred_bytes, out, out_offsets):
     :func:`strata.entropy.bytecoder.copy_into`: a slice assignment compiled without
     ``parallel=True``, as in the serial variant, copies element by element, 8x slower)."""
     buf, buf_offsets, n_rans = coded
-    raw, n_raw, raw_offsets = analysis.raw, analysis.n_raw, layout.raw_offsets
+    _, _, _, _, raw, n_raw, _, _ = analysis
+    raw_offsets = layout[1]
     for c in prange(buf_offsets.shape[0] - 1):
         p = varint.put(out, out_offsets[c], n_rans[c])
         p = varint.put(out, p, n_raw[c])

@@ -44,7 +44,7 @@ def predict_all(orig: np.ndarray, missing: np.ndarray, plan: Plan, x: np.ndarray
     passes = part.plan_passes(None, last)
     shape = np.array(part.shape, np.int64)
     for predictor, steps in plan.runs(0, last):
-        run = {i: passes[i] for i in steps}
+        run = passes if len(steps) == len(passes) else {i: passes[i] for i in steps}
         predictor.encode_passes(x, codes, orig, missing, shape,
                                 predictor.pass_table(run, plan.bounds, plan.param, part,
                                                      ("rows", steps.start, steps.stop)))
@@ -108,25 +108,28 @@ def encode_level(plan: Plan, level: int, codes: np.ndarray, orig: np.ndarray,
         # slice, so they gain nothing from the smaller chunks that serve region reads of codes
         mask_index, mask_payload = mask_coder.encode_level(miss, *level_geometry(part, level))
     layout = level_layout(part, level, tile)
-    n = int(layout.offsets[-1])
-    n_chunks = len(layout.offsets) - 1
+    offsets, raw_offsets = layout
+    n = int(offsets[-1])
+    n_chunks = len(offsets) - 1
     n_workers = workers(n_chunks)
-    found = chunk_encoder.Analysis(
-        syms=np.empty(n, np.uint8), ctxs=np.empty(n, np.uint8), n_syms=np.zeros(n_chunks, np.int64),
-        hist=np.zeros((n_workers, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64),
-        raw=np.empty(int(layout.raw_offsets[-1]), np.uint8), n_raw=np.zeros(n_chunks, np.int64),
-        n_unpred=np.zeros(n_chunks, np.int64), unpred_at=np.empty((n_chunks, chunk_encoder.UNPRED_SLOTS), np.int64))
+    hist = np.zeros((n_workers, chunks.N_CONTEXTS, chunks.ALPHABET), np.int64)
+    n_syms, n_raw, n_unpred = np.zeros(n_chunks, np.int64), np.zeros(n_chunks, np.int64), np.zeros(n_chunks, np.int64)
+    # (the kernels' structured arguments as plain tuples: see chunk_encoder.Analysis)
+    found = (np.empty(n, np.uint8), np.empty(n, np.uint8), n_syms, hist, np.empty(int(raw_offsets[-1]), np.uint8),
+             n_raw, n_unpred, np.empty((n_chunks, chunk_encoder.UNPRED_SLOTS), np.int64))
+    geometry, layout = tuple(geometry), tuple(layout)
     small = n < chunks.SERIAL_POINTS
     analyze, encode, assemble = (chunk_encoder.runner(k, small)
                                  for k in (chunk_encoder.analyze, chunk_encoder.encode, chunk_encoder.assemble))
     analyze(codes, miss, geometry, layout, found, coder, n_workers)
-    group, table_bytes, enc = chunk_encoder.level_tables(found.hist)
+    group, table_bytes, enc = chunk_encoder.level_tables(hist)
     cmap = chunks.CONTEXT_GROUPS[group]
     itemsize = orig.dtype.itemsize
-    unpred_bytes, buf_offsets = chunk_encoder.buffer_layout(found.n_unpred, found.n_syms, itemsize)
-    coded = chunk_encoder.Coded(np.empty(int(buf_offsets[-1]), np.uint8), buf_offsets, np.zeros(n_chunks, np.int64))
+    unpred_bytes, buf_offsets = chunk_encoder.buffer_layout(n_unpred, n_syms, itemsize)
+    n_rans = np.zeros(n_chunks, np.int64)
+    coded = (np.empty(int(buf_offsets[-1]), np.uint8), buf_offsets, n_rans)
     encode(codes, orig.view(np.uint8), itemsize, geometry, layout, found, cmap, enc, coded, coder, n_workers)
-    lens, out_offsets = chunk_encoder.chunk_lengths(coded.n_rans, found.n_raw, unpred_bytes)
+    lens, out_offsets = chunk_encoder.chunk_lengths(n_rans, n_raw, unpred_bytes)
     payload = np.empty(int(out_offsets[-1]), np.uint8)
     assemble(coded, found, layout, unpred_bytes, payload, out_offsets)
     pay = payload.tobytes()

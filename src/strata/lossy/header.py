@@ -107,9 +107,11 @@ class LossyHeader:
         """The compression plan the stream was coded with (:class:`strata.lossy.plan.Plan`):
         every step interpolated, cubic where :attr:`cubic_mask` has its bit."""
         n = len(self.partition().steps)
-        return Plan.make(self.shape, np.dtype(self.dtype).newbyteorder("="), self.coding_eb, self.order, self.flat,
-                         self.alpha8, self.beta8, [(self.cubic_mask >> i) & 1 for i in range(n)], self.lattice,
-                         self.origin_pred)
+        every = (1 << n) - 1
+        cubic = self.cubic_mask & every
+        params = 1 if cubic == every else 0 if cubic == 0 else [(cubic >> i) & 1 for i in range(n)]
+        return Plan.make(self.shape, self.dtype, self.coding_eb, self.order, self.flat,
+                         self.alpha8, self.beta8, params, self.lattice, self.origin_pred)
 
     @classmethod
     def of(cls, plan: Plan, bound_mode: int, bound_value: float, eb: float, **facts) -> LossyHeader:
@@ -122,9 +124,12 @@ class LossyHeader:
             ValueError: a step of ``plan`` has a predictor other than interpolation, which this
                 version of the format cannot record.
         """
-        if any(st.predictor != INTERPOLATION for st in plan.steps):
+        n = len(plan.predictors)
+        if plan.predictors.count(INTERPOLATION) != n:
             raise ValueError("the lossy header records interpolation steps only")
-        cubic_mask = sum(1 << i for i, st in enumerate(plan.steps) if st.param)
+        ones = plan.params.count(1)
+        cubic_mask = ((1 << n) - 1 if ones == n else 0 if ones == 0
+                      else sum(1 << i for i, p in enumerate(plan.params) if p))
         return cls(plan.shape, plan.dtype, bound_mode, bound_value, eb, plan.order, plan.flat, plan.alpha8,
                    plan.beta8, cubic_mask, lattice=plan.lattice, origin_pred=plan.origin_pred, **facts)
 

@@ -256,7 +256,7 @@ class LossyReader:
         """The predictor settings in words (for ``strata info``)."""
         h = self.header
         flat = [a for a in range(3) if h.flat[a]]
-        kinds = {bool(st.param) for st in self._cplan.steps} if self._cplan else set()
+        kinds = {bool(p) for p in self._cplan.params} if self._cplan else set()
         interp = "cubic" if kinds == {True} else "linear" if kinds == {False} else "mixed"
         return (f"{interp} interpolation, pass order {h.order}"
                 + (f", flat axes {flat} (internal 3D view)" if flat else "")
@@ -736,8 +736,8 @@ class LossyReader:
         decode_origin(x, codes, cp.origin_bound, cp.origin_pred)
         base_plan = part.plan_passes(None, part.base_steps - 1)
         for predictor, steps in cp.runs(0, part.base_steps - 1):
-            table = predictor.pass_table({i: base_plan[i] for i in steps}, cp.bounds, cp.param, part,
-                                         ("rows", "base", steps.start, steps.stop))
+            run = base_plan if len(steps) == len(base_plan) else {i: base_plan[i] for i in steps}
+            table = predictor.pass_table(run, cp.bounds, cp.param, part, ("rows", "base", steps.start, steps.stop))
             predictor.decode_passes(x, codes, miss, shape, table)
         total = len(step_passes) + 1
         report(1, total)
@@ -805,7 +805,7 @@ class LossyReader:
                 decode_origin(x, codes, cp.origin_bound, cp.origin_pred)
                 base_plan = part.plan_passes(None, part.base_steps - 1)
                 for predictor, steps in cp.runs(0, part.base_steps - 1):
-                    run = {i: base_plan[i] for i in steps}
+                    run = base_plan if len(steps) == len(base_plan) else {i: base_plan[i] for i in steps}
                     table = predictor.pass_table(run, cp.bounds, cp.param, rows=w.rows(run))
                     predictor.decode_passes(x, codes, miss, shape, table, geo)
             else:
@@ -894,7 +894,7 @@ class LossyReader:
         errors = np.zeros(len(ids), np.int64)
         small = len(ids) == 1
         decode = chunk_decoder.runner(chunk_decoder.decode, small)
-        decode(loaded, codes, x.view(np.uint8), x.itemsize, miss, geometry, t.dtab, errors, workers(len(ids)))
+        decode(loaded, codes, x.view(np.uint8), x.itemsize, miss, tuple(geometry), t.dtab, errors, workers(len(ids)))
         if errors.any():
             j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")

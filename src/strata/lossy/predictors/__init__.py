@@ -13,6 +13,8 @@ module              id    parameter of a step
 interpolation.py    0     1: cubic interpolation, 0: linear (SZ3's spline interpolation)
 ==================  ====  ===============================================================
 
+:mod:`~strata.lossy.predictors.origin` codes the first point (the one-point starting grid of
+every hierarchy) against the plan's first-point prediction, and
 :mod:`~strata.lossy.predictors.lattice` is the value transform the predictors work under when
 the data lie on a lattice (the plan's ``lattice``): it is no step predictor and has no id.
 

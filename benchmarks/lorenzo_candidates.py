@@ -128,9 +128,9 @@ class Watched:
         seen = {}
         inner = codec.encode_level
 
-        def spy(part, level, codes, orig, miss=None, step_hist=None):
-            seen.update(part=part, codes=codes, orig=orig, miss=miss)
-            return inner(part, level, codes, orig, miss, step_hist)
+        def spy(plan, level, codes, orig, miss=None, step_hist=None):
+            seen.update(part=plan.partition, codes=codes, orig=orig, miss=miss)
+            return inner(plan, level, codes, orig, miss, step_hist)
 
         codec.encode_level = spy
         try:

@@ -9,7 +9,7 @@ on both sides, in one process, medians of ``--repeats`` interleaved rounds (ns p
 * strata's entropy stage alone, timed inside those same calls: the chunk analysis (contexts,
   symbols, histograms) and the rANS coding to compress, the chunk decoding (rANS, contexts,
   codes placed) to decompress -- the kernels of :mod:`strata.lossy.chunk_encoder` and
-  :mod:`strata.lossy.chunk_decoder`, timed by wrapping the runners the codec takes them from;
+  :mod:`strata.lossy.chunk_decoder`, timed by wrapping the runners the encoder and reader take them from;
 * that stage's share of the budget: at 1.0 or more, the entropy stage alone takes all the time
   that 1.5x SZ3 allows, before any prediction, tuning or container work;
 * the share of the rest of the call (whole call less the entropy stage: the prediction passes,

@@ -1582,7 +1582,7 @@ def _build_bases(folder: Path, part: int | None, parts: int) -> list[Base]:
             with_target(strata.compress(a, rel_error=1e-3), TargetRecord("psnr", 60.0, 60.3, 2)))
     out.append(Base("f32_3d_target", "lossy", "f32_3d_target.strata",
                     tuple(d for d in LOSSY_DECODERS if d != "netcdf")))
-    # on a lattice (strata.lossy.lattice): integer counts with holes, coded losslessly; 0.01 dB
+    # on a lattice (strata.lossy.predictors.lattice): integer counts with holes, coded losslessly; 0.01 dB
     # steps with one step of error
     a = np.rint(smooth((10, 24, 30), np.float32) * 3).astype(np.float32)
     a[2:4, 5:9, :] = np.nan

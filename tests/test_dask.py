@@ -136,11 +136,11 @@ def _importable(module: str) -> bool:
 def _probe_zarr_round_trip(path: str) -> dict:
     """Write and read a one-chunk zarr array at ``path`` and record, at every strata kernel
     launch, the calling thread and the numba threads it may use. Runs as a dask task or here."""
-    import strata.lossy.codec as codec
+    import strata.lossy.encoder as encoder
     import strata.lossy.reader as reader
 
     seen = []
-    originals = codec.workers, reader.workers
+    originals = encoder.workers, reader.workers
 
     def recording(orig):
         def workers(n):
@@ -148,14 +148,14 @@ def _probe_zarr_round_trip(path: str) -> dict:
             return orig(n)
         return workers
 
-    codec.workers, reader.workers = recording(originals[0]), recording(originals[1])
+    encoder.workers, reader.workers = recording(originals[0]), recording(originals[1])
     try:
         z = zarr.open_array(path, mode="r+")
         x = block(z.shape, (0, 0, 0))
         z[:] = x
         assert np.abs(z[:].astype(np.float64) - x).max() <= EB
     finally:
-        codec.workers, reader.workers = originals
+        encoder.workers, reader.workers = originals
     safe = [m for m in ("numba.np.ufunc.tbbpool", "numba.np.ufunc.omppool") if _importable(m)]
     with _numba.kernel_threads():
         inside = numba.get_num_threads()

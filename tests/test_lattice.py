@@ -1,4 +1,4 @@
-"""Data on a lattice (strata.lossy.lattice): integer and fixed-step measurements are coded as their
+"""Data on a lattice (strata.lossy.predictors.lattice): integer and fixed-step measurements are coded as their
 lattice index, losslessly below half a step and with bins aligned to the lattice above."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import strata
 from strata.container import KIND_LOSSY, Source, pack, unpack_header
 from strata.errors import CorruptStreamError
 from strata.lossy import header as header_mod
-from strata.lossy import lattice
 from strata.lossy.header import LossyHeader
+from strata.lossy.predictors import lattice
 
 from .conftest import SHARED
 

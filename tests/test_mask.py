@@ -13,8 +13,8 @@ from strata.container import check_crc
 from strata.entropy import binary, rans
 from strata.errors import CorruptStreamError
 from strata.lossy import mask
-from strata.lossy.codec import level_geometry
 from strata.lossy.partition import Partition, as_3d_shape
+from strata.lossy.plan import level_geometry
 
 
 def _blobs(shape, seed, share):

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from strata.lossy import chunks
-from strata.lossy.codec import level_geometry
 from strata.lossy.missing import NO_MISSING
 from strata.lossy.partition import Box, Partition, as_3d_shape, grid_shape
-from strata.lossy.predict import encode_origin, encode_passes, pass_table
+from strata.lossy.plan import level_geometry
+from strata.lossy.predictors.interpolation import encode_passes, pass_table
+from strata.lossy.predictors.origin import encode_origin
 from strata.lossy.quantize import RADIUS, UNPREDICTABLE, quantize_reference
 
 SHAPES = [(1, 1, 1), (1, 1, 7), (1, 5, 9), (3, 17, 2), (33, 1, 65), (9, 10, 11), (64, 64, 64), (6, 241, 30)]
@@ -119,10 +120,8 @@ def test_unpredictable_values_are_exact():
 def test_whole_array_trial_codes_are_the_final_codes(shape):
     """On small arrays the tuner's winning trial covers every point; the compressor reuses
     its codes, which must equal a full prediction pass with the chosen settings."""
-    from strata.lossy.codec import predict_all
-    from strata.lossy.header import LossyHeader
-    from strata.lossy.partition import Partition, as_3d_shape
-    from strata.lossy.tune import choose
+    from strata.lossy.encoder import predict_all
+    from strata.lossy.tune import choose, make_plan
 
     rng = np.random.default_rng(3)
     a = np.cumsum(rng.standard_normal(shape), axis=-1).astype(np.float32)
@@ -130,15 +129,13 @@ def test_whole_array_trial_codes_are_the_final_codes(shape):
     settings, trial = choose(a, eb)
     assert trial is not None
     codes = trial.codes
-    part = Partition.get(as_3d_shape(a.shape), settings.order, settings.flat)
-    h = LossyHeader(a.shape, a.dtype, 0, eb, eb, settings.order, settings.flat, settings.alpha8, settings.beta8,
-                    (1 << len(part.steps)) - 1 if settings.cubic else 0)
-    assert np.array_equal(codes, predict_all(a.reshape(-1), NO_MISSING, part, h))
+    plan = make_plan(settings, a.shape, a.dtype, eb)
+    assert np.array_equal(codes, predict_all(a.reshape(-1), NO_MISSING, plan))
 
 
 @pytest.mark.parametrize("shape", [(64, 192), (9, 17, 33), (5000,)])
 def test_trial_histogram_sizes_levels_as_their_codes_do(shape):
-    """The level coder sizes a level from the codes of its grid (codec.choose_tile); after a
+    """The level coder sizes a level from the codes of its grid (encoder.choose_tile); after a
     whole-array trial it reads the trial's histogram per step instead: the estimate must be
     the one the codes give, bit for bit, on every level."""
     from strata.lossy.tune import choose, grid_bits, sample_bits

@@ -187,20 +187,20 @@ def test_highly_compressible_levels_get_larger_chunks_and_read_alike():
     """A level whose chunks would average less than SMALL_CHUNK_BYTES takes a larger chunk edge
     (each chunk's framing is ~10 bytes): fewer chunks than the default edge gives, a smaller
     stream, and every region read still equals the whole read."""
-    from strata.lossy import codec
+    from strata.lossy import encoder
 
     z, y, x = np.meshgrid(np.arange(6), np.arange(120), np.arange(240), indexing="ij")
     a = (np.sin(x / 37.0 + z * 0.3) * np.cos(y / 23.0)).astype(np.float32)  # (ratio about 350 at 1e-2)
     blob = strata.compress(a, rel_error=1e-2)
     edges = _chunk_edges(blob)
-    default = codec.Partition.get(a.shape).default_tile().bit_length() - 1
+    default = encoder.Partition.get(a.shape).default_tile().bit_length() - 1
     assert any(t > default for t, _ in edges[1:])
-    saved = codec.SMALL_CHUNK_BYTES
-    codec.SMALL_CHUNK_BYTES = 0
+    saved = encoder.SMALL_CHUNK_BYTES
+    encoder.SMALL_CHUNK_BYTES = 0
     try:
         plain = strata.compress(a, rel_error=1e-2)
     finally:
-        codec.SMALL_CHUNK_BYTES = saved
+        encoder.SMALL_CHUNK_BYTES = saved
     assert all(t <= default for t, _ in _chunk_edges(plain)[1:])
     assert sum(n for _, n in edges) < sum(n for _, n in _chunk_edges(plain))
     assert len(blob) < len(plain)

@@ -357,12 +357,13 @@ def _decode_lanes(payload, sec, packed, cmap, mags, row, tcol, pcol, icol, missi
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing, shape, stride, refined,
-           base, boxes, coder, cmap, symbols, info, zero, packed, errors, n_workers):
-    """Decode the chunks ``chunk_ids`` of a level into ``codes`` (int32, or uint16 narrow codes:
+def decode(loaded, codes, out_bytes, itemsize, missing, geometry, tables, errors, n_workers):
+    """Decode the chunks ``loaded = (payload, starts, ends, chunk_ids)`` of a level (its
+    :data:`~strata.lossy.plan.LevelGeometry`) into ``codes`` (int32, or uint16 narrow codes:
     :func:`strata.lossy.quantize.code_radius`; and unpredictable values into ``out_bytes``, the
-    output array's bytes). ``missing`` is the flat uint8 mask (empty
-    without one), known for the chunks' points before their codes.
+    output array's bytes, values of ``itemsize`` bytes) with the level's ``tables = (coder,
+    cmap, symbols, info, zero, packed)`` (:func:`parse_level_head`). ``missing`` is the flat
+    uint8 mask (empty without one), known for the chunks' points before their codes.
 
     Chunk ``chunk_ids[j]`` occupies ``payload[starts[j]:ends[j]]``; ``symbols``/``info`` hold
     the level's split decode tables (:func:`strata.entropy.tables.split_decode_tables`) for
@@ -375,6 +376,9 @@ def decode(payload, starts, ends, chunk_ids, codes, out_bytes, itemsize, missing
     2 invalid symbol or missing value, 3 rANS stream not consumed exactly, 4 raw bits or
     stored values not consumed exactly.
     """
+    payload, starts, ends, chunk_ids = loaded
+    shape, stride, refined, base, boxes = geometry
+    coder, cmap, symbols, info, zero, packed = tables
     d0, d1, d2 = grid_steps(shape, stride)
     # chunks differ in cost: each worker takes every n_workers-th chunk
     for w in prange(n_workers):

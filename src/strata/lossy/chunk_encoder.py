@@ -5,6 +5,8 @@ chunks' bytes assembled (:func:`assemble`, :func:`chunk_lengths`).
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit, prange
 
@@ -42,10 +44,28 @@ DENSE_RAW_BITS = 0.25
 #: chunk of its finest level: the walk was a quarter of the rANS coding pass).
 UNPRED_SLOTS = 32
 
+#: Where each chunk of a level goes in the encoder's arrays (:func:`layout`): its symbols from
+#: ``offsets[c]`` (``n_chunks + 1``), its raw bits from ``raw_offsets[c]``.
+ChunkLayout = namedtuple("ChunkLayout", "offsets raw_offsets")
+
+#: What :func:`analyze` finds in a level's chunks, for :func:`encode` and :func:`assemble` (the
+#: arrays are described there).
+Analysis = namedtuple("Analysis", "syms ctxs n_syms hist raw n_raw n_unpred unpred_at")
+
+#: Where :func:`encode` writes each chunk: ``buf[buf_offsets[c]:buf_offsets[c + 1]]``
+#: (:func:`buffer_layout`), ``n_rans[c]`` bytes of rANS at its end.
+Coded = namedtuple("Coded", "buf buf_offsets n_rans")
+
+# (The kernels take these, and :data:`~strata.lossy.plan.LevelGeometry`, as plain tuples,
+# ``tuple(x)``: numba types a namedtuple argument in Python at every call, 0.7 us for eight
+# arrays against 0.1 for a tuple, which a small array's levels would pay dozens of times.)
+
+
 @njit(parallel=True, nogil=True, cache=True)
-def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms, hist, raw,
-            raw_offsets, n_raw, n_unpred, unpred_at, coder, n_workers):
-    """Symbols, contexts, raw bits and histograms of every chunk of a level (encoder, pass 1).
+def analyze(codes, missing, geometry, layout, out, coder, n_workers):
+    """Symbols, contexts, raw bits and histograms of every chunk of a level (encoder, pass 1):
+    the level's :data:`~strata.lossy.plan.LevelGeometry`, its :data:`ChunkLayout`, the
+    :data:`Analysis` arrays ``out`` filled.
 
     ``syms``/``ctxs`` (uint8, level points in chunk order, from ``offsets[c]``) receive each
     coded point's symbol and context (for :data:`CODER_LANES`, plus its lane times
@@ -57,6 +77,9 @@ def analyze(codes, missing, shape, stride, refined, base, boxes, offsets, syms, 
     of unpredictable values and ``unpred_at[c]`` (int64, ``UNPRED_SLOTS``) the places in
     ``codes`` of the first of them, in coding order.
     """
+    shape, stride, refined, base, boxes = geometry
+    offsets, raw_offsets = layout
+    syms, ctxs, n_syms, hist, raw, n_raw, n_unpred, unpred_at = out
     d0, d1, d2 = grid_steps(shape, stride)
     # chunks differ in cost: each worker takes every n_workers-th chunk
     for w in prange(n_workers):
@@ -146,9 +169,11 @@ def _analyze_chunk(codes, missing, mags, syms, ctxs, local, raw, unpred_at, g, c
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, offsets, syms, ctxs, n_syms,
-           ctxmap, enc, n_unpred, unpred_at, buf, buf_offsets, n_rans, coder, n_workers):
-    """rANS-code every chunk (encoder, pass 2).
+def encode(codes, orig_bytes, itemsize, geometry, layout, analysis, ctxmap, enc, out, coder, n_workers):
+    """rANS-code every chunk (encoder, pass 2): the level's geometry, layout and
+    :data:`Analysis` (:func:`analyze`) in, the context grouping ``ctxmap`` and encoder constants
+    ``enc`` (:func:`level_tables`), the :data:`Coded` arrays ``out`` filled; ``orig_bytes``: the
+    data's bytes (values of ``itemsize`` bytes), for the unpredictable values.
 
     Chunk ``c`` is written to ``buf[buf_offsets[c]:buf_offsets[c + 1]]`` as
     ``unpredictable values | (gap) | rANS bytes``, the rANS bytes ending at the region's end;
@@ -156,6 +181,10 @@ def encode(codes, orig_bytes, itemsize, shape, stride, refined, base, boxes, off
     read at the places :func:`analyze` kept (``unpred_at``), or found again by a walk over the
     chunk's codes when there are more than ``UNPRED_SLOTS``.
     """
+    shape, stride, refined, base, boxes = geometry
+    offsets = layout[0]
+    syms, ctxs, n_syms, _, _, _, n_unpred, unpred_at = analysis
+    buf, buf_offsets, n_rans = out
     d0, d1, d2 = grid_steps(shape, stride)
     flat = enc.ravel()
     n_s = enc.shape[1]
@@ -240,10 +269,14 @@ def _encode_chunk_lanes(syms, ctxs, ctxmap, enc, n_s, buf, states):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def assemble(buf, buf_offsets, n_rans, raw, raw_offsets, n_raw, n_unpred_bytes, out, out_offsets):
-    """Copy each chunk to ``out[out_offsets[c]:]`` in its final layout (by
+def assemble(coded, analysis, layout, n_unpred_bytes, out, out_offsets):
+    """Copy each chunk (:data:`Coded`, raw bits of the :data:`Analysis`, ``n_unpred_bytes[c]``
+    bytes of unpredictable values) to ``out[out_offsets[c]:]`` in its final layout (by
     :func:`strata.entropy.bytecoder.copy_into`: a slice assignment compiled without
     ``parallel=True``, as in the serial variant, copies element by element, 8x slower)."""
+    buf, buf_offsets, n_rans = coded
+    _, _, _, _, raw, n_raw, _, _ = analysis
+    raw_offsets = layout[1]
     for c in prange(buf_offsets.shape[0] - 1):
         p = varint.put(out, out_offsets[c], n_rans[c])
         p = varint.put(out, p, n_raw[c])
@@ -355,5 +388,5 @@ def chunk_lengths(n_rans, n_raw, unpred_bytes):
 #: :func:`analyze`, :func:`encode`, :func:`assemble` or their serial variants (small levels).
 runner = serial_runner(analyze, encode, assemble)
 
-__all__ = ["analyze", "assemble", "buffer_layout", "chunk_lengths", "encode", "grouped_counts", "layout",
-           "level_tables", "runner"]
+__all__ = ["Analysis", "ChunkLayout", "Coded", "analyze", "assemble", "buffer_layout", "chunk_lengths", "encode",
+           "grouped_counts", "layout", "level_tables", "runner"]

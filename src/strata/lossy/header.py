@@ -7,7 +7,7 @@ the length of the exact-value section, and per level the lengths of its head and
 then an optional extension (streams written before it have none): flags, the missing-value
 fields (count, fill pattern, the first point's prediction, per level the lengths of its mask
 index and mask payload), the metadata section's length, the valid range, the enhancement section's length,
-the target section's length, the lattice the values are coded on (:mod:`strata.lossy.lattice`).
+the target section's length, the lattice the values are coded on (:mod:`strata.lossy.predictors.lattice`).
 Every size is validated against ``MAX_ELEMENTS`` and the stream length before anything is
 allocated.
 """
@@ -16,14 +16,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
 from ..container import Reader, Writer
 from ..errors import CorruptStreamError, ResourceLimitError
-from .lattice import EXACT_INTEGER, Lattice
-from .partition import Partition, Step, as_3d_shape
+from .partition import Partition, as_3d_shape
+from .plan import Plan
+from .predictors import INTERPOLATION
+from .predictors.lattice import EXACT_INTEGER, Lattice
 
 #: Largest number of values strata decodes (2**40, 4 TiB of float32).
 MAX_ELEMENTS = 1 << 40
@@ -38,25 +39,6 @@ EXT_MISSING, EXT_METADATA, EXT_RANGE, EXT_ENHANCE, EXT_TARGET, EXT_LATTICE = 1, 
 #: Flags a reader knows; a stream with a higher bit set is refused (a later writer's section).
 EXT_KNOWN = 64
 ORDERS = list(itertools.permutations(range(3)))
-
-
-def step_bounds(steps: tuple[Step, ...], eb: float, alpha8: int, beta8: int) -> tuple[float, ...]:
-    """Absolute error bound of each of ``steps`` under the bound ``eb`` and SZ3's level-wise
-    factors ``alpha8 / 8``, ``beta8 / 8`` (:func:`_step_bounds`)."""
-    return _step_bounds(tuple(st.level_number for st in steps), eb, alpha8, beta8)
-
-
-@lru_cache(maxsize=256)
-def _step_bounds(level_numbers: tuple[int, ...], eb: float, alpha8: int, beta8: int) -> tuple[float, ...]:
-    """SZ3's level-wise bounds: ``eb / min(alpha**(level - 1), beta)`` per step."""
-    alpha, beta = alpha8 / 8.0, beta8 / 8.0
-    out = []
-    for level in level_numbers:
-        r = 1.0
-        for _ in range(level - 1):
-            r *= alpha
-        out.append(eb / min(r, beta))
-    return tuple(out)
 
 
 @dataclass
@@ -116,17 +98,40 @@ class LossyHeader:
 
     @property
     def coding_eb(self) -> float:
-        """The bound the predictor and quantizer work with: ``eb``, or on a lattice the bound
-        of the lattice index (:attr:`strata.lossy.lattice.Lattice.coding_bound`, in steps)."""
+        """The bound the predictor and quantizer work with (:attr:`strata.lossy.plan.Plan.eb`):
+        ``eb``, or on a lattice the bound of the lattice index
+        (:attr:`strata.lossy.predictors.lattice.Lattice.coding_bound`, in steps)."""
         return self.lattice.coding_bound if self.lattice is not None else self.eb
 
-    def step_bounds(self, steps: tuple[Step, ...]) -> tuple[float, ...]:
-        """Coding bound of each step (of :attr:`coding_eb`; IEEE multiplications only:
-        reproducible)."""
-        return step_bounds(steps, self.coding_eb, self.alpha8, self.beta8)
+    def plan(self) -> Plan:
+        """The compression plan the stream was coded with (:class:`strata.lossy.plan.Plan`):
+        every step interpolated, cubic where :attr:`cubic_mask` has its bit."""
+        n = len(self.partition().steps)
+        every = (1 << n) - 1
+        cubic = self.cubic_mask & every
+        params = 1 if cubic == every else 0 if cubic == 0 else [(cubic >> i) & 1 for i in range(n)]
+        return Plan.make(self.shape, self.dtype, self.coding_eb, self.order, self.flat,
+                         self.alpha8, self.beta8, params, self.lattice, self.origin_pred)
 
-    def cubic(self, step_index: int) -> bool:
-        return bool((self.cubic_mask >> step_index) & 1)
+    @classmethod
+    def of(cls, plan: Plan, bound_mode: int, bound_value: float, eb: float, **facts) -> LossyHeader:
+        """The header of a stream coded with ``plan`` (what the header stores of it: pass order,
+        flat axes, level-wise factors, cubic or linear per step, lattice, first-point prediction)
+        under the user's bound (``bound_mode``, ``bound_value``, the absolute bound ``eb``);
+        ``facts``: the other fields (valid range, missing values, section lengths).
+
+        Raises:
+            ValueError: a step of ``plan`` has a predictor other than interpolation, which this
+                version of the format cannot record.
+        """
+        n = len(plan.predictors)
+        if plan.predictors.count(INTERPOLATION) != n:
+            raise ValueError("the lossy header records interpolation steps only")
+        ones = plan.params.count(1)
+        cubic_mask = ((1 << n) - 1 if ones == n else 0 if ones == 0
+                      else sum(1 << i for i, p in enumerate(plan.params) if p))
+        return cls(plan.shape, plan.dtype, bound_mode, bound_value, eb, plan.order, plan.flat, plan.alpha8,
+                   plan.beta8, cubic_mask, lattice=plan.lattice, origin_pred=plan.origin_pred, **facts)
 
     def to_bytes(self) -> bytes:
         w = Writer().u8(len(self.shape))

@@ -1,7 +1,7 @@
 """Lossless coding of the missing-value mask, per level and chunk.
 
 The mask bits of a level's points are coded in chunks: boxes of the level's grid at the
-default chunk edge (:func:`strata.lossy.codec.level_geometry` without a tile; the codes may use
+default chunk edge (:func:`strata.lossy.plan.level_geometry` without a tile; the codes may use
 half that edge), so a progressive or region read decodes only the mask chunks it touches.
 Within a chunk the level's points are visited in raster order
 (:func:`strata.lossy.chunks.level_row`), and each bit is coded with an adaptive
@@ -312,7 +312,7 @@ def encode_level(missing: np.ndarray, shape, stride, refined, base, boxes) -> tu
     Args:
         missing: flat uint8 mask of the full-resolution internal 3D array (1 = missing).
         shape, stride, refined, base, boxes: the level's geometry
-            (:func:`strata.lossy.codec.level_geometry`).
+            (:func:`strata.lossy.plan.level_geometry`).
 
     Returns:
         ``(index, payload)``: the level's mask index (see the module docstring) and its
@@ -400,7 +400,7 @@ def decode_chunks(payload: np.ndarray, starts, ends, chunk_ids, missing: np.ndar
             level points of the chunks (0 or 1); it must hold the bits of the coarser points
             inside those chunk boxes.
         shape, stride, refined, base, boxes: the level's geometry
-            (:func:`strata.lossy.codec.level_geometry`).
+            (:func:`strata.lossy.plan.level_geometry`).
 
     Raises:
         CorruptStreamError: a chunk is inconsistent (empty, bad mode byte, wrong length, rANS

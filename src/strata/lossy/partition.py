@@ -160,6 +160,11 @@ class Partition:
         return tuple(out)
 
     @cached_property
+    def level_numbers(self) -> tuple[int, ...]:
+        """SZ3's interpolation level of each step (:attr:`Step.level_number`)."""
+        return tuple(st.level_number for st in self.steps)
+
+    @cached_property
     def base_steps(self) -> int:
         """Number of steps inside the base grid."""
         k = 0

@@ -17,7 +17,7 @@ Prediction-Based Error-Bounded Lossy Compressors", IEEE TBD 2022, Sec. IV-B), wi
 ``2 * eb``. The code space reserves ``UNPREDICTABLE`` for stored values.
 
 The numba functions here are inlined into the predictor's compiled passes
-(:mod:`strata.lossy.predict`); :func:`quantize_reference` is the plain NumPy version the
+(:mod:`strata.lossy.predictors`); :func:`quantize_reference` is the plain NumPy version the
 tests compare against.
 """
 from __future__ import annotations
@@ -36,6 +36,9 @@ MISSING = RADIUS
 #: of int32 codes), for reads whose levels cannot hold ``|q|`` of ``NARROW_RADIUS`` or more (the
 #: quantizer's radius is ``RADIUS``: the level tables tell, :func:`narrow_fits`).
 NARROW_RADIUS = 1 << 15
+#: Largest ``|q|`` the tuner's histograms count apart (one column per ``|q|`` up to it, larger
+#: ones in the next, unpredictable values in the last: :func:`strata.lossy.tune.estimate_bits`).
+HIST_CLIP = 1023
 
 
 def code_radius(codes) -> int:

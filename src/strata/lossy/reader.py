@@ -21,10 +21,10 @@ from ..container import KIND_LOSSY, Source, SourceLike, checked_body, unpack_hea
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import chunk_decoder, chunks, exact, mask, missing, selection, verify
 from . import metadata as meta
-from .codec import level_geometry
 from .header import LossyHeader
 from .partition import Box, as_3d_shape, grid_shape
-from .predict import decode_origin, decode_passes, pass_table, preview_passes
+from .plan import LevelGeometry
+from .predictors.origin import decode_origin
 from .quantize import narrow_fits
 from .target import TargetRecord
 from .window import Window
@@ -104,7 +104,10 @@ class LossyReader:
     def _open(self) -> None:
         raw, off = unpack_header(self._src, KIND_LOSSY)
         self.header = h = LossyHeader.from_bytes(raw, self._src.size)
-        self._part = h.partition() if h.size else None
+        # the compression plan (None for an empty array): how every point was predicted (the read
+        # plans of _plan say which chunks and passes a read needs)
+        self._cplan = h.plan() if h.size else None
+        self._part = self._cplan.partition if h.size else None
         self._exact_offset = off
         off += h.exact_len
         self._metadata_offset = off
@@ -127,8 +130,6 @@ class LossyReader:
         self._metadata = None
         self._enhancement = None
         self._target = None
-        if self._part is not None:
-            self._bounds = h.step_bounds(self._part.steps)
 
     # ------------------------------------------------------------------ metadata
     @property
@@ -238,7 +239,7 @@ class LossyReader:
         for k in range(part.num_levels):
             steps = part.level_steps(k)
             n = len(steps)
-            worst = max([worst, *self._bounds[first:first + n]]) if n else max(worst, self.header.coding_eb)
+            worst = max([worst, *self._cplan.bounds[first:first + n]]) if n else max(worst, self._cplan.eb)
             first += n
             stride = part.level_stride(k)
             shape = grid_shape(part.shape, stride)
@@ -255,7 +256,7 @@ class LossyReader:
         """The predictor settings in words (for ``strata info``)."""
         h = self.header
         flat = [a for a in range(3) if h.flat[a]]
-        kinds = {bool(h.cubic_mask & (1 << i)) for i in range(len(self._part.steps))} if self._part else set()
+        kinds = {bool(p) for p in self._cplan.params} if self._cplan else set()
         interp = "cubic" if kinds == {True} else "linear" if kinds == {False} else "mixed"
         return (f"{interp} interpolation, pass order {h.order}"
                 + (f", flat axes {flat} (internal 3D view)" if flat else "")
@@ -472,7 +473,7 @@ class LossyReader:
         return self.dtype.itemsize + 4 * codes + (1 if self.header.missing_count else 0)
 
     def _geometry_bytes(self, code_levels, mask_levels) -> int:
-        """Bytes of the chunk tables (boxes and bounds, :func:`level_geometry`) a read builds
+        """Bytes of the chunk tables (boxes and bounds, :func:`strata.lossy.plan.level_geometry`) a read builds
         for the codes of ``code_levels`` and the mask of ``mask_levels``, from the chunk
         counts alone."""
         part = self._part
@@ -512,7 +513,7 @@ class LossyReader:
         grid with a border on both sides)."""
         key = (lv, tables is None)
         if key not in self._scratch:
-            boxes = level_geometry(self._part, lv, None if tables is None else tables.tile)[4]
+            boxes = self._cplan.geometry(lv, None if tables is None else tables.tile).boxes
             border = 2 if tables is None else 1
             per_row = 25 if tables is not None and tables.coder == chunks.CODER_LANES else 0
             ext = boxes[:, 1::2] - boxes[:, ::2] + border
@@ -657,7 +658,7 @@ class LossyReader:
                 raise CorruptStreamError(f"level {lv} mask chunk {int(ids[bad])}: its mode and length disagree")
             whole = whole and len(ids) == len(offsets) - 1
             if whole:
-                lo, hi = verify.missing_bounds(payload, starts, level_geometry(part, lv))
+                lo, hi = verify.missing_bounds(payload, starts, self._cplan.geometry(lv))
                 low, high = low + lo, high + hi
         if mask_chunks and whole and not low <= h.missing_count <= high:
             raise CorruptStreamError(f"the header counts {h.missing_count} missing points, its mask chunks hold "
@@ -680,7 +681,7 @@ class LossyReader:
             entry = self.header.levels[lv]
             index = self._src.read(self._level_offsets[lv] + entry.head_len, entry.mask_index_len,
                                    f"level {lv} mask index")
-            self._mask_index[lv] = mask.parse_index(index, entry.mask_len, len(level_geometry(self._part, lv)[4]))
+            self._mask_index[lv] = mask.parse_index(index, entry.mask_len, len(self._cplan.geometry(lv).boxes))
         return self._mask_index[lv]
 
     def _plan(self, level: int, box: Box | None, full_resolution: bool):
@@ -727,26 +728,30 @@ class LossyReader:
     def _decode(self, x, codes, miss, level: int, plan, data: _Loaded, report) -> None:
         """Decode the levels of a whole read into ``x`` and ``codes`` (the mask ``miss``
         decoded), the chunks from ``data`` (each level's dropped once decoded)."""
-        part, h = self._part, self.header
+        part, cp = self._part, self._cplan
         step_passes = plan[0]
-        # base grid: one chunk, every step
+        # base grid: one chunk, every step (each run of steps by its predictor)
         shape = np.array(part.shape, np.int64)
         self._decode_chunks(0, data.codes.pop(0), x, codes, miss)
-        decode_origin(x, codes, self._bounds[0] if self._bounds else h.coding_eb, h.origin_pred)
+        decode_origin(x, codes, cp.origin_bound, cp.origin_pred)
         base_plan = part.plan_passes(None, part.base_steps - 1)
-        decode_passes(x, codes, miss, shape, pass_table(base_plan, self._bounds, h.cubic, part, ("rows", "base")))
+        for predictor, steps in cp.runs(0, part.base_steps - 1):
+            run = base_plan if len(steps) == len(base_plan) else {i: base_plan[i] for i in steps}
+            table = predictor.pass_table(run, cp.bounds, cp.param, part, ("rows", "base", steps.start, steps.stop))
+            predictor.decode_passes(x, codes, miss, shape, table)
         total = len(step_passes) + 1
         report(1, total)
         for i in range(part.base_steps, len(part.steps)):
             if i not in step_passes:
                 break
             lv = i - part.base_steps + 1
-            table = pass_table({i: step_passes[i]}, self._bounds, h.cubic, part, ("rows", "step", i))
+            predictor = cp.predictor(i)
+            table = predictor.pass_table({i: step_passes[i]}, cp.bounds, cp.param, part, ("rows", "step", i))
             if lv <= level:
                 self._decode_chunks(lv, data.codes.pop(lv), x, codes, miss)
-                decode_passes(x, codes, miss, shape, table)
+                predictor.decode_passes(x, codes, miss, shape, table)
             else:
-                preview_passes(x, miss, shape, table)
+                predictor.preview_passes(x, miss, shape, table)
             report(i - part.base_steps + 2, total)
 
     def _windows(self, level: int, box: Box, full_resolution: bool, plan) -> dict[int, Window]:
@@ -775,9 +780,9 @@ class LossyReader:
         """Decode level by level, each into its window, the coarser points copied from the
         previous window, the chunks from ``data``; returns the finest window and its values and
         mask (flat)."""
-        part, h = self._part, self.header
+        part, cp = self._part, self._cplan
         step_passes = plan[0]
-        has_missing = bool(h.missing_count)
+        has_missing = bool(self.header.missing_count)
         prev = None
         codes_dtype = self._codes_dtype(level)
         for lv in sorted(wins):
@@ -797,17 +802,21 @@ class LossyReader:
             shape, geo = w.shape_array, w.geo
             if lv == 0:
                 self._decode_chunks(0, data.codes.pop(0), x, codes, miss, w)
-                decode_origin(x, codes, self._bounds[0] if self._bounds else h.coding_eb, h.origin_pred)
-                table = w.table(part.plan_passes(None, part.base_steps - 1), self._bounds, h.cubic)
-                decode_passes(x, codes, miss, shape, table, geo)
+                decode_origin(x, codes, cp.origin_bound, cp.origin_pred)
+                base_plan = part.plan_passes(None, part.base_steps - 1)
+                for predictor, steps in cp.runs(0, part.base_steps - 1):
+                    run = base_plan if len(steps) == len(base_plan) else {i: base_plan[i] for i in steps}
+                    table = predictor.pass_table(run, cp.bounds, cp.param, rows=w.rows(run))
+                    predictor.decode_passes(x, codes, miss, shape, table, geo)
             else:
                 i = part.base_steps + lv - 1
-                table = w.table({i: step_passes[i]}, self._bounds, h.cubic)
+                predictor = cp.predictor(i)
+                table = predictor.pass_table({i: step_passes[i]}, cp.bounds, cp.param, rows=w.rows({i: step_passes[i]}))
                 if codes is not None:
                     self._decode_chunks(lv, data.codes.pop(lv), x, codes, miss, w)
-                    decode_passes(x, codes, miss, shape, table, geo)
+                    predictor.decode_passes(x, codes, miss, shape, table, geo)
                 else:
-                    preview_passes(x, miss, shape, table, geo)
+                    predictor.preview_passes(x, miss, shape, table, geo)
             prev = (w, x, codes, miss)
             report(lv + 1, len(wins))
         w, x, _, miss = prev
@@ -881,12 +890,11 @@ class LossyReader:
         if len(ids) == 0:
             return
         t = self._level_tables(lv)
-        shape, stride, refined, base_flag, boxes = _geometry(level_geometry(self._part, lv, t.tile), win)
+        geometry = _geometry(self._cplan.geometry(lv, t.tile), win)
         errors = np.zeros(len(ids), np.int64)
         small = len(ids) == 1
         decode = chunk_decoder.runner(chunk_decoder.decode, small)
-        decode(payload, starts, ends, ids, codes, x.view(np.uint8), x.itemsize, miss, shape, stride, refined, base_flag,
-               boxes, *t.dtab, errors, workers(len(ids)))
+        decode(loaded, codes, x.view(np.uint8), x.itemsize, miss, tuple(geometry), t.dtab, errors, workers(len(ids)))
         if errors.any():
             j = int(np.flatnonzero(errors)[0])
             raise CorruptStreamError(f"level {lv} chunk {int(ids[j])}: {_CHUNK_ERRORS.get(int(errors[j]), 'invalid')}")
@@ -898,7 +906,7 @@ class LossyReader:
         payload, starts, ends, ids = loaded
         if len(ids) == 0:
             return
-        mask.decode_chunks(payload, starts, ends, ids, miss, *_geometry(level_geometry(self._part, lv), win))
+        mask.decode_chunks(payload, starts, ends, ids, miss, *_geometry(self._cplan.geometry(lv), win))
 
 
 @dataclass
@@ -932,13 +940,12 @@ def _output_limit(max_output_bytes) -> int:
     return int(v)
 
 
-def _geometry(geometry, win: Window | None):
-    """The chunk kernels' ``shape, stride, refined, base, boxes`` for arrays of the whole
+def _geometry(geometry: LevelGeometry, win: Window | None) -> LevelGeometry:
+    """The chunk kernels' :data:`~strata.lossy.plan.LevelGeometry` for arrays of the whole
     shape, or of the window ``win`` (its shape, unit strides, boxes in its coordinates)."""
     if win is None:
         return geometry
-    _, _, refined, base, boxes = geometry
-    return win.shape_array, _UNIT, refined, base, win.local_boxes(boxes)
+    return geometry._replace(shape=win.shape_array, stride=_UNIT, boxes=win.local_boxes(geometry.boxes))
 
 
 _UNIT = np.ones(3, np.int64)

@@ -1,4 +1,5 @@
-"""Choice of predictor settings by trial on samples of the data.
+"""Choice of predictor settings by trial on samples of the data: the only place a compression's
+choices are made (:func:`choose`), turned into its plan by :func:`make_plan`.
 
 Like SZ3's tuner for its interpolation compressor (Liang et al., "SZ3", IEEE TBD 2022,
 Sec. V; Zhao et al., ICDE'21, Sec. V-C), each candidate setting is tried on a sample and
@@ -24,11 +25,12 @@ import numpy as np
 from numba import njit
 
 from ..errors import InvalidInputError
-from .header import step_bounds
 from .missing import NO_MISSING
 from .partition import Box, Partition, as_3d_shape
-from .predict import _count, _first, count_points, encode_origin, encode_passes, geometry_rows
-from .quantize import RADIUS, UNPREDICTABLE
+from .plan import Plan, step_bounds
+from .predictors.interpolation import count_codes, count_points, encode_passes, geometry_rows
+from .predictors.origin import encode_origin
+from .quantize import HIST_CLIP, RADIUS, UNPREDICTABLE
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,15 @@ class Settings:
     alpha8: int = 8
     beta8: int = 8
     cubic: bool = True
+
+
+def make_plan(settings: Settings, shape: tuple[int, ...], dtype, eb: float, lattice=None,
+              origin_pred: float = 0.0) -> Plan:
+    """The compression plan (:class:`strata.lossy.plan.Plan`) of ``settings`` for an array of
+    ``shape`` and ``dtype`` at coding bound ``eb``, on ``lattice`` (or None) with first-point
+    prediction ``origin_pred``: every step interpolated, cubic or linear as ``settings`` say."""
+    return Plan.make(shape, dtype, eb, settings.order, settings.flat, settings.alpha8, settings.beta8,
+                     settings.cubic, lattice, origin_pred)
 
 
 #: Level-wise bound factors ``(alpha8, beta8)`` tried after none, in this order while each
@@ -85,7 +96,6 @@ WHOLE_BELOW = 1 << 15
 FLAT_MAX = 64
 #: ... when the data vary this many times more across them than along the others.
 ROUGH_RATIO = 4.0
-_CLIP = 1023
 
 
 def candidates(a3: np.ndarray) -> list:
@@ -174,8 +184,8 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     """Estimated compressed bits of ``flat`` (values of internal 3D shape ``shape3``), the
     trial's quantization codes (int32, full-resolution layout; complete when ``boxes`` is
     None, i.e. the trial covered the whole array, and then equal to what
-    :func:`strata.lossy.codec.predict_all` computes for these settings) and their histogram
-    per step (int64 ``(n_steps, _CLIP + 2)``: ``|q|`` clipped, unpredictable values last;
+    :func:`strata.lossy.encoder.predict_all` computes for these settings) and their histogram
+    per step (int64 ``(n_steps, HIST_CLIP + 2)``: ``|q|`` clipped, unpredictable values last;
     missing points left out).
 
     ``plans`` (from :func:`plan`) and the working copy ``x`` of ``flat`` may be shared by
@@ -192,7 +202,7 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     codes = np.empty(flat.size, np.int32) if codes is None else codes
     x = flat.copy() if x is None else x
     encode_origin(x, codes, flat, bounds[0] if bounds else eb, origin_pred)
-    hist = np.zeros((n_steps, _CLIP + 2), np.int64)
+    hist = np.zeros((n_steps, HIST_CLIP + 2), np.int64)
     if n_steps == 0:
         return 0.0, codes, hist
     rows, counts, n_points, shape, level_points = _trial_geometry(part, plans, boxes)
@@ -201,7 +211,7 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     encode_passes(x, codes, flat, NO_MISSING if missing is None else missing, shape, table)
     sse = _NO_ERROR if sq_error is None else sq_error
     sse[:] = 0.0
-    _histogram(codes, flat, x, missing is not None, shape, rows, hist, sse)
+    count_codes(codes, flat, x, missing is not None, shape, rows, hist, sse)
     return _bits(hist, level_points, flat.dtype.itemsize * 8), codes, hist
 
 
@@ -247,12 +257,12 @@ def _bits(hist, level_points, value_bits):
 def sample_bits(sample, n_points, value_bits):
     """Estimated coded bits of ``n_points`` codes distributed like ``sample`` (int32 codes):
     order-0 entropy of ``|q|`` plus ``value_bits`` per unpredictable value (see :func:`_bits`)."""
-    hist = np.zeros((1, _CLIP + 2), np.int64)
+    hist = np.zeros((1, HIST_CLIP + 2), np.int64)
     for c in sample:
         if c == UNPREDICTABLE:
-            hist[0, _CLIP + 1] += 1
+            hist[0, HIST_CLIP + 1] += 1
         else:
-            hist[0, min(abs(np.int64(c) - RADIUS), _CLIP)] += 1
+            hist[0, min(abs(np.int64(c) - RADIUS), HIST_CLIP)] += 1
     return _bits(hist, np.full(1, np.float64(n_points)), value_bits)
 
 
@@ -261,16 +271,12 @@ def grid_bits(step_hist, n_steps, origin, n_points, value_bits):
     """:func:`sample_bits` of the codes of a whole grid -- the first point's (``origin``) and
     those of steps ``0 .. n_steps - 1``, counted in ``step_hist`` (a whole-array trial's
     histogram, :func:`estimate_bits`) -- with no pass over the codes."""
-    hist = np.zeros((1, _CLIP + 2), np.int64)
+    hist = np.zeros((1, HIST_CLIP + 2), np.int64)
     for i in range(n_steps):
-        for j in range(_CLIP + 2):
+        for j in range(HIST_CLIP + 2):
             hist[0, j] += step_hist[i, j]
-    hist[0, _CLIP + 1 if origin == UNPREDICTABLE else min(abs(np.int64(origin) - RADIUS), _CLIP)] += 1
+    hist[0, HIST_CLIP + 1 if origin == UNPREDICTABLE else min(abs(np.int64(origin) - RADIUS), HIST_CLIP)] += 1
     return _bits(hist, np.full(1, np.float64(n_points)), value_bits)
-
-
-#: Counts below which :func:`_histogram` keeps four interleaved copies.
-_SMALL = 16
 
 
 _NO_ERROR = np.zeros(0)
@@ -288,48 +294,6 @@ def mean_sq_error(sq_error: np.ndarray, hist: np.ndarray, level_points) -> float
     return float((sq_error[counts > 0] / counts[counts > 0] * points[counts > 0]).sum()) / total
 
 
-@njit(nogil=True, cache=True)
-def _histogram(codes, flat, x, has_missing, shape, rows, hist, sse):
-    """Add the codes of each pass of the geometry ``rows`` (:func:`strata.lossy.predict.geometry_rows`)
-    to ``hist[step]``: ``|q|`` clipped to ``_CLIP``, unpredictable values in the last column;
-    missing points (``has_missing``: NaN in ``flat``) have no symbol and are left out. With a
-    non-empty ``sse`` (one per step), the squared error of each counted point's
-    reconstruction ``x`` against ``flat`` is added to ``sse[step]``. The
-    counts of ``|q| < _SMALL`` go to four interleaved copies first (consecutive points hit the
-    same few counters, and one copy would wait on its own previous increment)."""
-    n1, n2 = shape[1], shape[2]
-    small = np.zeros((4, _SMALL), np.int64)
-    errors = sse.shape[0] > 0
-    for p in range(rows.shape[0]):
-        out = hist[rows[p, 14]]
-        err = 0.0
-        st2 = np.uint64(rows[p, 7])
-        f2 = _first(rows[p, 4], rows[p, 7], rows[p, 10])
-        n = _count(f2, rows[p, 7], rows[p, 13])
-        small[:] = 0
-        k = np.uint64(0)
-        for i0 in range(_first(rows[p, 2], rows[p, 5], rows[p, 8]), rows[p, 11], rows[p, 5]):
-            for i1 in range(_first(rows[p, 3], rows[p, 6], rows[p, 9]), rows[p, 12], rows[p, 6]):
-                idx = np.uint64((i0 * n1 + i1) * n2 + f2)
-                for _ in range(n):
-                    c = codes[idx]
-                    if not (has_missing and flat[idx] != flat[idx]):
-                        b = _CLIP + 1 if c == UNPREDICTABLE else min(abs(np.int64(c) - RADIUS), _CLIP)
-                        if b < _SMALL:
-                            small[k & np.uint64(3), b] += 1
-                        else:
-                            out[b] += 1
-                        k += np.uint64(1)
-                        if errors:
-                            d = np.float64(x[idx]) - np.float64(flat[idx])
-                            err += d * d
-                    idx += st2
-        if errors:
-            sse[rows[p, 14]] += err
-        for b in range(_SMALL):
-            out[b] += small[0, b] + small[1, b] + small[2, b] + small[3, b]
-
-
 def plan(shape3, settings, boxes):
     """Partition and per-box pass plans (finest ``TRIAL_STEPS`` steps) of a candidate."""
     part = Partition.get(tuple(shape3), settings.order, settings.flat)
@@ -343,7 +307,7 @@ def plan(shape3, settings, boxes):
 
 
 #: The winning trial of :func:`choose` when the trials covered the whole array: its codes (int32,
-#: full-resolution layout: what :func:`strata.lossy.codec.predict_all` computes) and their
+#: full-resolution layout: what :func:`strata.lossy.encoder.predict_all` computes) and their
 #: histogram per step (:func:`estimate_bits`), which sizes the levels without another pass.
 Trial = namedtuple("Trial", "codes hist")
 

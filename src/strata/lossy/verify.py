@@ -100,7 +100,7 @@ def missing_bounds(payload: np.ndarray, starts: np.ndarray, geometry) -> tuple[i
         payload, starts: the level's mask chunks (as :func:`mask_frames`), every chunk of the
             level in order.
         geometry: the level's ``(shape, stride, refined, base, boxes)`` on the mask's chunk
-            edge (:func:`strata.lossy.codec.level_geometry`).
+            edge (:func:`strata.lossy.plan.level_geometry`).
     """
     _, _, refined, base, boxes = geometry
     points = chunk_sizes(boxes, refined, base)

@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from .partition import Box, Partition, Vec, grid_shape
-from .predict import count_points, geometry_rows, step_arrays
+from .predictors.interpolation import geometry_rows
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,12 @@ class Window:
     def shape_array(self) -> np.ndarray:
         return np.array(self.shape, np.int64)
 
-    def table(self, plan, bounds, cubic):
-        """Pass table (see :func:`strata.lossy.predict.pass_table`) of ``plan`` (passes in
-        full-resolution indices, all on this window's grid) in window coordinates, clipped to
-        the window."""
-        rows = geometry_rows(plan, self.shape)
+    def rows(self, passes):
+        """Geometry rows (:func:`strata.lossy.predictors.interpolation.geometry_rows`) of
+        ``passes`` (``{step index: [Pass, ...]}``, full-resolution indices, all on this
+        window's grid) in window coordinates, clipped to the window: what a predictor's
+        ``pass_table`` takes as ``rows`` (:class:`strata.lossy.predictors.Predictor`)."""
+        rows = geometry_rows(passes, self.shape)
         G = np.array(self.stride, np.int64)
         O = np.array(self.origin, np.int64) * G  # full-resolution index of the first point
         end = O + np.array(self.shape, np.int64) * G
@@ -80,7 +81,7 @@ class Window:
             r[5:8] = step // G
             r[8:11] = (first - O) // G
             r[11:14] = np.maximum((hi - O + G - 1) // G, r[8:11])
-        return (rows, *step_arrays(plan, bounds, cubic), count_points(rows))
+        return rows
 
     def local_boxes(self, boxes: np.ndarray) -> np.ndarray:
         """Chunk boxes (int64 ``(n, 6)``, grid indices of this window's grid) in window

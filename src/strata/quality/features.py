@@ -16,7 +16,7 @@ the field:
 * **Sampled values** (``STD_SAMPLES`` at random places, plus a strided sample as strata's
   lattice search takes): their standard deviation, the share of exact zeros and of the most
   common value (sparse fields: mostly-zero volumes, dry radar pixels), and the lattice strata
-  would find (:mod:`strata.lossy.lattice`: its guess from its strided sample, checked on the
+  would find (:mod:`strata.lossy.predictors.lattice`: its guess from its strided sample, checked on the
   sampled values instead of every value), which tells whether strata codes lattice indices at
   a bound, losslessly below half a step.
 * **Mask edges**: in the sampled windows, the share of neighbour pairs along each axis of which
@@ -29,7 +29,7 @@ the field:
 quantized entropy of the residuals with the closed-loop noise of reconstructed neighbours,
 the mean squared error of that quantization (hence a PSNR) and an SSIM from the window
 variances and that error; for strata as its encoder would code the field: on the lattice when
-:func:`strata.lossy.lattice.choose`'s rule takes it at that bound, with the level-wise bounds
+:func:`strata.lossy.predictors.lattice.choose`'s rule takes it at that bound, with the level-wise bounds
 (:data:`strata.lossy.tune.LEVEL_FACTORS`) when they shrink the estimate as the tuner asks.
 """
 from __future__ import annotations
@@ -42,9 +42,9 @@ import numpy as np
 from numba import njit
 
 from ..errors import InvalidInputError
-from ..lossy import lattice as lattice_rules
 from ..lossy import tune
 from ..lossy.partition import as_3d_shape
+from ..lossy.predictors import lattice as lattice_rules
 
 #: Strides of the sampled residuals (the finest interpolation levels; coarser ones share
 #: the last stride's residuals).
@@ -92,7 +92,7 @@ class Features:
         zero_share: share of exact zeros among the sampled valid values.
         mode_share: share of the most common value among the sampled valid values.
         lattice: float64 (2,): ``(offset, step)`` of the lattice every sampled valid value lies
-            on exactly (:mod:`strata.lossy.lattice`), ``(0, 0)`` when none.
+            on exactly (:mod:`strata.lossy.predictors.lattice`), ``(0, 0)`` when none.
         mask_edges: float64 (3,): along each axis of the 3D view, the share of sampled
             neighbour pairs of which exactly one point is missing (0 without missing values or
             where the axis is 1 long).
@@ -161,8 +161,8 @@ class Features:
         return math.prod(self.shape)
 
     def on_lattice(self, eb: float):
-        """The :class:`strata.lossy.lattice.Lattice` strata would code the field on at the
-        absolute bound ``eb`` (its rule, :func:`strata.lossy.lattice.choose`, applied to the
+        """The :class:`strata.lossy.predictors.lattice.Lattice` strata would code the field on at the
+        absolute bound ``eb`` (its rule, :func:`strata.lossy.predictors.lattice.choose`, applied to the
         sampled lattice), or None."""
         if not self.lattice[1] > 0 or not math.isfinite(eb):
             return None
@@ -323,7 +323,7 @@ def _shares(vals: np.ndarray) -> tuple[float, float]:
 
 
 def _lattice(flat: np.ndarray, miss: np.ndarray, vals: np.ndarray):
-    """``(offset, step)`` of the lattice strata would find (:func:`strata.lossy.lattice.choose`),
+    """``(offset, step)`` of the lattice strata would find (:func:`strata.lossy.predictors.lattice.choose`),
     or None: its guess from its own strided sample, checked on the sampled valid values ``vals``
     (float64) instead of every value; integers whose strided sample overstates the step get the
     step of ``vals`` and the strided sample together (strata takes every value's)."""

@@ -12,7 +12,7 @@ is ever unpickled. Inference is numpy only.
 Each predictor corrects a model-free estimate (:meth:`Features.at`) rather than predicting
 from scratch: the target is ``log(ratio) - log(estimated ratio)``, ``PSNR - estimated PSNR``
 (dB) or ``log10(1 - SSIM) - log10(1 - estimated SSIM)``. Where strata codes a field losslessly
-on its lattice (a bound below half the lattice step, :mod:`strata.lossy.lattice`), the PSNR is
+on its lattice (a bound below half the lattice step, :mod:`strata.lossy.predictors.lattice`), the PSNR is
 infinite and the SSIM 1 by construction; only the ratio is predicted there.
 """
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Hierarchical interpolation predictor: compiled passes over one interpolation stride.
+"""SZ3's hierarchical interpolation predictor (id 0 of :mod:`strata.lossy.predictors`):
+compiled passes over one interpolation stride.
 
 Each point of a pass (see :mod:`strata.lossy.partition`) is predicted from the
 *reconstructed* points at distances ``s`` and ``3s`` along the pass axis (closed loop), with
@@ -35,8 +36,17 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from .._numba import pick, prefetch_line, serial_variant
-from .quantize import UNPREDICTABLE, code_radius, dequantize_into, quantize_into, quantize_lane, select
+from ..._numba import pick, prefetch_line, serial_variant
+from ..quantize import (
+    HIST_CLIP,
+    RADIUS,
+    UNPREDICTABLE,
+    code_radius,
+    dequantize_into,
+    quantize_into,
+    quantize_lane,
+    select,
+)
 
 #: Points per parallel work item along the fastest axis.
 _BLOCK = 2048
@@ -492,20 +502,25 @@ def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u1, cubic, eb, inv_
         bx[t] = select(keep, x[j], x.dtype.type(pred))
 
 
-def pass_table(plan, bounds, cubic, part=None, key=None):
+def pass_table(plan, bounds, cubic, part=None, key=None, rows=None):
     """Arrays for the pass runners: one row per pass, with its bound and interpolation.
 
     Args:
         plan: ``{step index: [Pass, ...]}``, run in increasing step order.
         bounds: error bound of each step (indexable by step index).
-        cubic: interpolation of each step (callable ``cubic(step) -> bool``).
+        cubic: interpolation of each step (callable ``cubic(step)``, true for cubic: the
+            step's parameter, :meth:`strata.lossy.plan.Plan.param`).
         part: the partition; with ``key``, the geometry rows are memoized in ``part.cache``.
+        rows: the passes' geometry rows when the caller has them (a region read's window:
+            :meth:`strata.lossy.window.Window.rows`), else computed (:func:`geometry_rows`).
 
     Returns:
         ``(rows, bounds, cubic, points)``, ``points`` about the number of points the passes
         visit (it picks the serial or the parallel runner).
     """
-    if part is not None and key is not None and key in part.cache:
+    if rows is not None:
+        points = count_points(rows)
+    elif part is not None and key is not None and key in part.cache:
         rows, points = part.cache[key]
     else:
         shape = part.shape if part is not None else None
@@ -581,6 +596,54 @@ def preview_passes(x, missing, shape, table, geo=None):
     _runner(table)(2, x, _NO_CODES, x, missing, shape, *table[:3], _geo(shape, geo))
 
 
+#: Counts below which :func:`count_codes` keeps four interleaved copies.
+_SMALL = 16
+
+
+
+@njit(nogil=True, cache=True)
+def count_codes(codes, flat, x, has_missing, shape, rows, hist, sse):
+    """The tuner's cost estimate of a trial (:func:`strata.lossy.tune.estimate_bits`): add the
+    codes of each pass of the geometry ``rows`` (:func:`geometry_rows`)
+    to ``hist[step]``: ``|q|`` clipped to ``HIST_CLIP``, unpredictable values in the last column;
+    missing points (``has_missing``: NaN in ``flat``) have no symbol and are left out. With a
+    non-empty ``sse`` (one per step), the squared error of each counted point's
+    reconstruction ``x`` against ``flat`` is added to ``sse[step]``. The
+    counts of ``|q| < _SMALL`` go to four interleaved copies first (consecutive points hit the
+    same few counters, and one copy would wait on its own previous increment)."""
+    n1, n2 = shape[1], shape[2]
+    small = np.zeros((4, _SMALL), np.int64)
+    errors = sse.shape[0] > 0
+    for p in range(rows.shape[0]):
+        out = hist[rows[p, 14]]
+        err = 0.0
+        st2 = np.uint64(rows[p, 7])
+        f2 = _first(rows[p, 4], rows[p, 7], rows[p, 10])
+        n = _count(f2, rows[p, 7], rows[p, 13])
+        small[:] = 0
+        k = np.uint64(0)
+        for i0 in range(_first(rows[p, 2], rows[p, 5], rows[p, 8]), rows[p, 11], rows[p, 5]):
+            for i1 in range(_first(rows[p, 3], rows[p, 6], rows[p, 9]), rows[p, 12], rows[p, 6]):
+                idx = np.uint64((i0 * n1 + i1) * n2 + f2)
+                for _ in range(n):
+                    c = codes[idx]
+                    if not (has_missing and flat[idx] != flat[idx]):
+                        b = HIST_CLIP + 1 if c == UNPREDICTABLE else min(abs(np.int64(c) - RADIUS), HIST_CLIP)
+                        if b < _SMALL:
+                            small[k & np.uint64(3), b] += 1
+                        else:
+                            out[b] += 1
+                        k += np.uint64(1)
+                        if errors:
+                            d = np.float64(x[idx]) - np.float64(flat[idx])
+                            err += d * d
+                    idx += st2
+        if errors:
+            sse[rows[p, 14]] += err
+        for b in range(_SMALL):
+            out[b] += small[0, b] + small[1, b] + small[2, b] + small[3, b]
+
+
 _sweep_serial = serial_variant(_sweep)
 #: Passes visiting fewer points run on one thread.
 SERIAL_POINTS = 1 << 15
@@ -588,25 +651,3 @@ SERIAL_POINTS = 1 << 15
 
 def _runner(table):
     return pick(_sweep, _sweep_serial, table[3] < SERIAL_POINTS)
-
-
-@njit(nogil=True, cache=True)
-def _origin(x, codes, orig, eb, pred):
-    inv_bin = 0.5 / eb if eb > 0 else 0.0
-    codes[0] = quantize_into(x, 0, np.float64(orig[0]), pred, eb, inv_bin, 2.0 * eb)
-
-
-@njit(nogil=True, cache=True)
-def _origin_decode(x, codes, eb, pred):
-    dequantize_into(x, 0, codes, pred, 2.0 * eb)
-
-
-def encode_origin(x, codes, orig, eb, pred=0.0):
-    """Quantize the first point (the one-point starting grid) against the prediction
-    ``pred`` (0, or the mean of the valid values in a stream with missing values)."""
-    _origin(x, codes, orig, eb, float(pred))
-
-
-def decode_origin(x, codes, eb, pred=0.0):
-    """Reconstruct the first point (see :func:`encode_origin`)."""
-    _origin_decode(x, codes, eb, float(pred))

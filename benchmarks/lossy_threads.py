@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from common import ROOT, SHARED, machine  # noqa: E402
+
 NAME = re.compile(r"^(?P<name>.+)_(?P<dims>\d+(?:x\d+)*)\.(?P<ext>f32|f64)$")
 
 
@@ -103,25 +105,11 @@ def run_worker(src: Path, paths, threads, rel, repeats) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def machine() -> str:
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="folder of raw fields")
+    ap.add_argument("--data", type=Path, default=SHARED / "data", help="folder of raw fields")
     ap.add_argument("--fields", default="ns3d192,ns3d_vx,era5_t2m,das_silixa", help="comma-separated name prefixes")
     ap.add_argument("--threads", default="", help="comma-separated thread counts (default 1, 2, 4, ... cores)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds (a worker process per version and round)")

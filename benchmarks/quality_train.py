@@ -16,7 +16,8 @@
    (:func:`strata.metrics.ssim`), for strata also its mask bytes, lattice and level-wise bounds.
    SZ3 and ZFP take no samples with missing values. Cached in
    ``benchmarks/.cache/quality_grid_v2.json`` with the digest of ``src/strata/lossy`` it was
-   measured with (a different digest is reported; delete the file to measure again).
+   measured with (a different digest is reported; ``--remeasure strata`` measures strata's rows
+   again and keeps the anchors', or delete the file to measure everything again).
 3. Training: one mixture of experts per (compressor, metric) (:mod:`strata.quality.model`) in
    torch, one thread, fixed seeds (reruns give the same weights), three members from consecutive
    seeds averaged, on every sample, rows weighted
@@ -219,14 +220,14 @@ def _measure_strata(a: np.ndarray, eb: float, miss) -> dict:
     return row
 
 
-def _measure_sample(s: Sample) -> tuple[str, list]:
+def _measure_sample(s: Sample, codecs=CODECS) -> tuple[str, list]:
     import numba
 
     numba.set_num_threads(1)
     a, miss = load(s)
     vr = metrics.value_range(a if miss is None else np.where(miss, np.nan, a))
     rows = []
-    for codec in CODECS:
+    for codec in codecs:
         if codec != "strata" and miss is not None:
             continue
         for rel in BOUNDS:
@@ -235,27 +236,36 @@ def _measure_sample(s: Sample) -> tuple[str, list]:
     return s.name, rows
 
 
-def ground_truth(workers: int = 2, progress: bool = True) -> dict:
-    """``{sample name: [measured rows]}``, measuring what the cache lacks."""
+def ground_truth(workers: int = 2, progress: bool = True, remeasure: tuple[str, ...] = ()) -> dict:
+    """``{sample name: [measured rows]}``, measuring what the cache lacks, and the rows of the
+    compressors in ``remeasure`` of every sample again (for strata: with this checkout's
+    src/strata/lossy, whose digest the cache then records)."""
+    import functools
+
     stored = json.loads(GRID.read_text()) if GRID.exists() else {}
     grid, meta = stored.get("rows", {}), stored.get("meta", {})
     digest = lossy_digest()
+    if "strata" in remeasure:
+        meta["lossy_digest"] = digest
     if meta.get("lossy_digest", digest) != digest:
         print(f"note: {GRID.name} was measured with src/strata/lossy {meta['lossy_digest']}, the checkout has "
-              f"{digest} (delete the file to measure again)", file=sys.stderr)
+              f"{digest} (--remeasure strata, or delete the file, to measure again)", file=sys.stderr)
     meta.setdefault("lossy_digest", digest)
-    todo = [s for s in samples() if s.name not in grid]
+    todo = [(s, CODECS) for s in samples() if s.name not in grid]
+    todo += [(s, tuple(remeasure)) for s in samples() if s.name in grid and remeasure]
     if todo:
         from concurrent.futures import ProcessPoolExecutor
 
         from tqdm import tqdm
 
         CACHE.mkdir(exist_ok=True)
-        todo.sort(key=lambda s: -np.prod([int(n) for n in s.source.rsplit("_", 1)[-1][:-4].split("x")]))
+        todo.sort(key=lambda t: -np.prod([int(n) for n in t[0].source.rsplit("_", 1)[-1][:-4].split("x")]))
         with ProcessPoolExecutor(workers) as pool:
-            for i, (name, rows) in enumerate(tqdm(pool.map(_measure_sample, todo), total=len(todo),
-                                                  disable=not progress, desc="ground truth")):
-                grid[name] = rows
+            jobs = [pool.submit(functools.partial(_measure_sample, codecs=c), s) for s, c in todo]
+            for i, job in enumerate(tqdm(jobs, total=len(todo), disable=not progress, desc="ground truth")):
+                name, rows = job.result()
+                codecs = {r["codec"] for r in rows}
+                grid[name] = [r for r in grid.get(name, []) if r["codec"] not in codecs] + rows
                 if i % 20 == 19 or i == len(todo) - 1:
                     _write_json(GRID, dict(meta=meta, rows=grid))
     return grid
@@ -379,8 +389,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=model.DEFAULT_PATH)
+    ap.add_argument("--remeasure", default="", help="comma-separated compressors whose cached rows to measure again "
+                    "(e.g. strata, after a change to src/strata/lossy)")
     args = ap.parse_args()
-    grid = ground_truth(args.workers)
+    grid = ground_truth(args.workers, remeasure=tuple(c for c in args.remeasure.split(",") if c))
     feats = feature_table({s.name for s in samples() if s.name in grid})
     S = [s for s in samples() if s.name in feats]
     names = [s.name for s in S]

@@ -67,6 +67,28 @@ def level_layout(part: Partition, level: int, tile: int) -> chunk_encoder.ChunkL
     return part.cache[key]
 
 
+def chunk_edge(part: Partition, level: int, est_bytes: float) -> int:
+    """Chunk edge of ``level`` (> 0) whose codes are estimated at ``est_bytes``: half the default
+    when half-size chunks still average ``MIN_CHUNK_BYTES``, twice (up to ``MAX_TILE_FACTOR``
+    times) the default while chunks would average less than ``SMALL_CHUNK_BYTES``, else the
+    default (see :func:`choose_tile`)."""
+    t = part.default_tile()
+    small = max(1, t // 2)
+    if est_bytes / part.chunk_count(level, small) >= MIN_CHUNK_BYTES:
+        return small
+    n = part.chunk_count(level, t)
+    while n > 1 and t < MAX_TILE_FACTOR * part.default_tile() and est_bytes / n < SMALL_CHUNK_BYTES:
+        t *= 2
+        n = part.chunk_count(level, t)
+    return t
+
+
+def level_chunks(part: Partition, level: int, est_bytes: float) -> int:
+    """Number of chunks the encoder cuts ``level`` into when its codes are estimated at
+    ``est_bytes`` (:func:`chunk_edge`; the base level is one chunk)."""
+    return 1 if level == 0 else part.chunk_count(level, chunk_edge(part, level, est_bytes))
+
+
 def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int,
                 step_hist: np.ndarray | None = None) -> tuple[int, int]:
     """Chunk edge and coder for ``level``: half the default edge when the level's estimated
@@ -91,14 +113,7 @@ def choose_tile(part: Partition, level: int, codes: np.ndarray, itemsize: int,
         skip = max(1, round((grid.size / 65536) ** (1 / max(1, long_axes))))
         sample = grid[tuple(slice(None, None, skip if n > 1 else 1) for n in grid.shape)].ravel()
         est_bytes = sample_bits(sample, part.level_points(level), 8 * itemsize) / 8
-    small = max(1, t // 2)
-    if est_bytes / part.chunk_boxes(level, small).shape[0] >= MIN_CHUNK_BYTES:
-        t = small
-    else:
-        n = part.chunk_boxes(level, t).shape[0]
-        while n > 1 and t < MAX_TILE_FACTOR * part.default_tile() and est_bytes / n < SMALL_CHUNK_BYTES:
-            t *= 2
-            n = part.chunk_boxes(level, t).shape[0]
+    t = chunk_edge(part, level, est_bytes)
     lanes = est_bytes / part.chunk_boxes(level, t).shape[0] >= chunks.LANES_MIN_CHUNK_BYTES
     return t, chunks.CODER_LANES if lanes else chunks.CODER_SERIAL
 
@@ -151,5 +166,5 @@ def encode_level(plan: Plan, level: int, codes: np.ndarray, orig: np.ndarray,
     return head + struct.pack("<I", crc32(head)), mask_index, mask_payload, pay
 
 
-__all__ = ["MAX_TILE_FACTOR", "MIN_CHUNK_BYTES", "SMALL_CHUNK_BYTES", "choose_tile", "encode_level", "level_layout",
-           "predict_all"]
+__all__ = ["MAX_TILE_FACTOR", "MIN_CHUNK_BYTES", "SMALL_CHUNK_BYTES", "choose_tile", "chunk_edge", "encode_level",
+           "level_chunks", "level_layout", "predict_all"]

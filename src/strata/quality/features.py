@@ -43,9 +43,13 @@ from numba import njit
 
 from ..errors import InvalidInputError
 from ..lossy import tune
-from ..lossy.partition import as_3d_shape
+from ..lossy.encoder import level_chunks
+from ..lossy.partition import Partition, as_3d_shape
 from ..lossy.predictors import lattice as lattice_rules
 
+#: Bytes of framing a chunk of a level costs: its length and CRC-32 in the level head and its
+#: rANS state (about 10-12 bytes).
+CHUNK_FRAMING_BYTES = 11
 #: Strides of the sampled residuals (the finest interpolation levels; coarser ones share
 #: the last stride's residuals).
 STRIDES = (1, 2, 4, 8)
@@ -195,22 +199,40 @@ class Features:
         else:
             e = eb / self.value_range if self.value_range > 0 else 1.0
             noise = e
-        best = self._estimate(e, noise, np.ones(len(STRIDES)))
+        best, levels = self._estimate(e, noise, np.ones(len(STRIDES)))
         level = False
         if strata:
             for alpha8, beta8 in tune.LEVEL_FACTORS:
                 f = np.array([min((alpha8 / 8) ** j, beta8 / 8) for j in range(len(STRIDES))])
-                est = self._estimate(e, noise, f)
+                est, lv = self._estimate(e, noise, f)
                 if est[0] >= (1 - tune.LEVEL_MARGIN) * best[0]:
                     break
-                best, level = est, True
+                best, levels, level = est, lv, True
         bits, nmse, zero, ctx_bits = (float(v) for v in best)
         if on is not None:  # (decoded indices rounded: errors of 0..m whole steps)
             nmse = on.m * (on.m + 1) / 3 * (on.step / scale) ** 2
         psnr = -10 * math.log10(nmse) if nmse > 0 else math.inf
+        framing = self._framing(levels) if strata else 0.0
         return dict(bits=bits, ctx_bits=ctx_bits, zero_share=zero, nmse=nmse, psnr=psnr,
                     ssim=self.ssim_at(nmse) if nmse > 0 else 1.0, lattice_m=-1 if on is None else on.m,
-                    level_factors=level)
+                    level_factors=level, framing_bits=framing)
+
+    def _framing(self, levels) -> float:
+        """Bits per value of strata's chunk framing (:data:`CHUNK_FRAMING_BYTES` a chunk) under
+        the encoder's chunk-edge rule (:func:`strata.lossy.encoder.choose_tile`), each level's
+        size estimated from ``levels`` (bits per value of the points of each sampled stride; the
+        coarsest stride's rate for every coarser level); 0 without an estimate."""
+        if levels is None or self.n_values <= 0:
+            return 0.0
+        part = Partition.get(as_3d_shape(self.shape))
+        valid = 1 - self.missing_share
+        total = 0
+        for level in range(1, part.num_levels):
+            stride = max(part.level_stride(level))
+            si = min(int(math.log2(stride)), len(STRIDES) - 1) if stride >= 1 else 0
+            est_bytes = levels[si] * part.level_points(level) * valid / 8
+            total += CHUNK_FRAMING_BYTES * level_chunks(part, level, est_bytes)
+        return 8 * total / self.n_values
 
     def _estimate(self, e: float, noise: float, factors: np.ndarray) -> np.ndarray:
         """``(bits, nmse, zero share, context bits)`` with bound ``e / factors[s]`` at stride
@@ -218,17 +240,32 @@ class Features:
         group = _group_estimates(self.residuals, e / factors, noise / factors, 8 * self.itemsize,
                                  _closed_loop_noise())  # (S, 3, 4)
         sampled = np.isfinite(group[..., 0])
-        best = None
-        for flat in self.flat:
-            w = _weights(as_3d_shape(self.shape), tuple(bool(f) for f in flat)) * sampled
+        shape3 = as_3d_shape(self.shape)
+
+        def weighed(flat, order):
+            w = _weights(shape3, flat, order) * sampled
             if w.sum() == 0:
-                continue
-            est = (np.where(sampled[..., None], group, 0.0) * w[..., None]).sum(axis=(0, 1)) / w.sum()
-            if best is None or est[0] < best[0]:
-                best = est
+                return None, None
+            per_level = np.where(sampled, group[..., 0], 0.0) * w  # (bits of each stride's points)
+            return (np.where(sampled[..., None], group, 0.0) * w[..., None]).sum(axis=(0, 1)) / w.sum(), \
+                per_level.sum(axis=1) / w.sum()
+
+        best, best_flat, levels = None, None, None
+        for flat in self.flat:
+            flat = tuple(bool(f) for f in flat)
+            est, lv = weighed(flat, (0, 1, 2))
+            if est is not None and (best is None or est[0] < best[0]):
+                best, best_flat, levels = est, flat, lv
         if best is None:  # nothing sampled (tiny or almost all missing): every value its own bin
-            best = np.array([8.0 * self.itemsize, e * e / 3, 0.0, 8.0 * self.itemsize])
-        return best
+            return np.array([8.0 * self.itemsize, e * e / 3, 0.0, 8.0 * self.itemsize]), None
+        # the tuner's pass-order rule on the best flat setting
+        if sum(n > 1 for n in shape3) > 1:
+            first = best[0]
+            for order in tune.ORDERS:
+                est, lv = weighed(best_flat, order)
+                if est is not None and est[0] < (1 - tune.ORDER_MARGIN) * first and est[0] < best[0]:
+                    best, levels = est, lv
+        return best, levels
 
     def ssim_at(self, nmse: float) -> float:
         """SSIM of the windows if each got independent errors of mean square ``nmse`` (over the
@@ -353,13 +390,13 @@ def _on(values: np.ndarray, guess) -> bool:
 
 
 @lru_cache(maxsize=256)
-def _weights(shape, flat) -> np.ndarray:
+def _weights(shape, flat, order=(0, 1, 2)) -> np.ndarray:
     """Share of the points predicted at each sampled stride along each axis: a step of
-    stride ``s`` refines the axes in order 0, 1, 2 (each pass doubles the points), the
-    coarsest sampled stride takes every coarser step too; a flat axis is not interpolated
-    along (its slices are coded as unlike 2D fields)."""
+    stride ``s`` refines the axes in ``order`` (each pass doubles the points), the coarsest
+    sampled stride takes every coarser step too; a flat axis is not interpolated along (its
+    slices are coded as unlike 2D fields)."""
     w = np.zeros((len(STRIDES), 3))
-    long = [d for d in range(3) if shape[d] > 1 and not flat[d]]
+    long = [d for d in order if shape[d] > 1 and not flat[d]]
     if not long:
         return w
     k = len(long)

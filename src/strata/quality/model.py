@@ -131,8 +131,10 @@ FIXED_BYTES = 120
 
 def _stream_bits(f: Features, est: dict) -> float:
     """Estimated bits per value of the whole array: the valid values' codes, the mask
-    (:func:`mask_bits`) and the stream's fixed bytes."""
-    return max(est["bits"] * (1 - f.missing_share) + mask_bits(f), MIN_BITS) + 8 * FIXED_BYTES / f.n_values
+    (:func:`mask_bits`), the chunks' framing (``framing_bits``, strata only) and the stream's
+    fixed bytes."""
+    return (max(est["bits"] * (1 - f.missing_share) + mask_bits(f), MIN_BITS) + est.get("framing_bits", 0.0)
+            + 8 * FIXED_BYTES / f.n_values)
 
 
 def baseline(metric: str, f: Features, est: dict) -> float:

@@ -193,6 +193,13 @@ def test_var_selection_keeps_other_floats_lossless(nc, tmp_path):
     check_bound(src.w.values, z.w.values, 0.05)
     assert np.array_equal(raw(out, "t2m"), raw(nc, "t2m"), equal_nan=True)   # bit-exact, fill values included
     assert np.array_equal(z.t2m.values, src.t2m.values, equal_nan=True)
+    # tuned for PSNR: the objective is in the configuration, the bound holds
+    out_rd = tmp_path / "rd.zarr"
+    assert run("convert", nc, out_rd, "--abs", "0.05", "--var", "w", "--objective", "psnr").exit_code == 0
+    assert codec_config(out_rd, "w")[0][0]["configuration"] == {"abs_error": 0.05, "objective": "psnr", "version": 1}
+    check_bound(src.w.values, xr.open_zarr(out_rd, consolidated=False).w.values, 0.05)
+    res = run("convert", out_rd, tmp_path / "rd.nc", "--objective", "psnr")
+    assert res.exit_code != 0 and "only for a NetCDF/HDF5 to zarr" in res.output
     # several at once, NAME,NAME or repeated
     out2 = tmp_path / "two.zarr"
     assert run("convert", nc, out2, "--abs", "0.05", "--var", "w,t2m").exit_code == 0

@@ -184,6 +184,8 @@ def test_non_float_arrays_are_refused(dtype):
     ({"abs_error": float("nan")}, "finite"),
     ({"abs_error": "0.1"}, "number"),
     ({"abs_error": 0.1, "valid_range": [1.0]}, "valid_range"),
+    ({"abs_error": 0.1, "objective": "ssim"}, "objective"),
+    ({"abs_error": 0.1, "objective": 1}, "objective"),
 ])
 def test_bad_configurations(config, message):
     with pytest.raises(InvalidInputError, match=message):
@@ -232,6 +234,40 @@ def test_numcodecs_codec():
         codec.encode(np.arange(10))
     with pytest.raises(FormatError):
         codec.decode(b"not a strata stream at all")
+
+
+def test_objective_travels_in_every_configuration(tmp_path):
+    """The PSNR tuning objective in the codec configuration: written only when not the default
+    (configurations as before otherwise), round-tripped by numcodecs, the zarr v3 codec and
+    strata.xarray's encoding, and used for every chunk (a smooth field takes tighter
+    coarse-level bounds than with the default: a higher PSNR), the bound held."""
+    from strata.lossy import LossyReader
+
+    x = _field((40, 33, 49))
+    eb = 1e-2 * float(np.ptp(x))
+    plain, rd = Strata(abs_error=eb), Strata(abs_error=eb, objective="psnr")
+    assert "objective" not in plain.get_config() and rd.get_config()["objective"] == "psnr"
+    assert numcodecs.get_codec(rd.get_config()) == rd
+    assert StrataCodec.from_dict(StrataCodec(eb, objective="psnr").to_dict()).config.objective == "psnr"
+    assert StrataCodec.for_array(x, rel_error=1e-2, objective="psnr").config.objective == "psnr"
+    factors = {}
+    for codec in (plain, rd):
+        blob = codec.encode(x)
+        y = codec.decode(blob)
+        _check_bound(x, y, eb, np.zeros(x.shape, bool))
+        h = LossyReader(bytes(blob)).header
+        factors[codec.config.objective] = (h.alpha8, h.beta8)
+    assert factors["psnr"] != factors["ratio"]
+    z, _ = _array(x, (20, 33, 49), StrataCodec(eb, objective="psnr"))
+    _check_bound(x, z[:], eb, np.zeros(x.shape, bool))
+    xr = pytest.importorskip("xarray")
+    from strata import xarray as sx
+
+    ds = xr.Dataset({"t": (("time", "lat", "lon"), x)})
+    enc = sx.encoding(ds, rel_error=1e-2, objective="psnr")
+    assert enc["t"]["serializer"].config.objective == "psnr"
+    with pytest.raises(InvalidInputError, match="objective"):
+        sx.encoding(ds, rel_error=1e-2, objective="bits")
 
 
 def _era5_or_random(name, shape=(48, 33, 49)):
@@ -390,7 +426,8 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | s
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["abs_error", "fill_value", "rel_error", "valid_range", "version", "x"]),
+@given(st.dictionaries(st.sampled_from(["abs_error", "fill_value", "rel_error", "valid_range", "objective", "version",
+                                        "x"]),
                        _json, max_size=5))
 def test_hostile_configurations_raise_only_invalid_input(config):
     """Any JSON in a store's codec configuration either validates or raises InvalidInputError."""

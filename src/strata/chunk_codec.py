@@ -14,6 +14,7 @@ Configuration (JSON, version 1)::
      "fill_value": -9999.0,        # optional: values equal to it are missing (CF _FillValue)
      "rel_error": 0.001,           # optional, provenance: the relative bound it came from
      "valid_range": [lo, hi],      # optional, provenance: the range it was resolved against
+     "objective": "psnr",          # optional: the compressor's tuning objective, "ratio" when absent
      "version": 1}
 
 Missing values of a chunk (decoded to their exact original bits, see
@@ -32,10 +33,11 @@ import numpy as np
 
 from .errors import CorruptStreamError, FormatError, InvalidInputError, UnsupportedDtypeError
 from .lossy import LossyReader, compress
+from .lossy.tune import OBJECTIVES
 
 #: Version of the configuration written by this strata.
 CONFIG_VERSION = 1
-_KEYS = {"abs_error", "fill_value", "rel_error", "valid_range", "version"}
+_KEYS = {"abs_error", "fill_value", "rel_error", "valid_range", "objective", "version"}
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: Values reduced at a time by :func:`valid_range` for a numpy array.
 _SLAB = 1 << 22
@@ -59,12 +61,15 @@ class ChunkConfig:
         fill_value: values equal to it are missing (besides NaN and the array's fill value).
         rel_error: provenance: the value-range-relative bound ``abs_error`` was resolved from.
         valid_range: provenance: ``(min, max)`` of the whole array's valid values.
+        objective: the compressor's tuning objective (:func:`strata.lossy.compress`):
+            ``"ratio"`` (default) or ``"psnr"``; decoding does not depend on it.
     """
 
     abs_error: float
     fill_value: float | None = None
     rel_error: float | None = None
     valid_range: tuple[float, float] | None = None
+    objective: str = "ratio"
 
     def __post_init__(self):
         abs_error = _number(self.abs_error, "abs_error")
@@ -80,14 +85,16 @@ class ChunkConfig:
             if not isinstance(vr, (list, tuple)) or len(vr) != 2:
                 raise InvalidInputError(f"valid_range must be [min, max], not {vr!r}")
             object.__setattr__(self, "valid_range", (_number(vr[0], "valid_range"), _number(vr[1], "valid_range")))
+        if not isinstance(self.objective, str) or self.objective not in OBJECTIVES:
+            raise InvalidInputError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
 
     @classmethod
     def from_arguments(cls, abs_error=None, fill_value=None, rel_error=None, valid_range=None,
-                       version=CONFIG_VERSION) -> ChunkConfig:
+                       version=CONFIG_VERSION, objective=None) -> ChunkConfig:
         """The configuration of the codecs' keyword arguments (``None``: not given), validated
         as :meth:`from_json` does."""
         given = {"abs_error": abs_error, "fill_value": fill_value, "rel_error": rel_error,
-                 "valid_range": valid_range, "version": version}
+                 "valid_range": valid_range, "objective": objective, "version": version}
         return cls.from_json({k: v for k, v in given.items() if v is not None})
 
     @classmethod
@@ -116,7 +123,8 @@ class ChunkConfig:
                     "range with strata.chunk_codec.resolve_rel_error or strata.xarray.encoding (a per-chunk "
                     "relative bound would give every chunk its own bound)")
             raise InvalidInputError("a strata codec configuration needs abs_error")
-        return cls(config["abs_error"], config.get("fill_value"), config.get("rel_error"), config.get("valid_range"))
+        return cls(config["abs_error"], config.get("fill_value"), config.get("rel_error"), config.get("valid_range"),
+                   config.get("objective", "ratio"))
 
     def to_json(self) -> dict:
         """The configuration as a JSON-serializable dict (keys in a fixed order)."""
@@ -127,6 +135,8 @@ class ChunkConfig:
             out["rel_error"] = self.rel_error
         if self.valid_range is not None:
             out["valid_range"] = list(self.valid_range)
+        if self.objective != "ratio":  # (absent for the default: configurations as before)
+            out["objective"] = self.objective
         out["version"] = CONFIG_VERSION
         return out
 
@@ -153,7 +163,7 @@ class ChunkConfig:
         if len(fills) == 2 and chunk.dtype.type(fills[0]) != chunk.dtype.type(fills[1]):
             mask = chunk == chunk.dtype.type(fills[1])
         return compress(chunk, abs_error=self.abs_error, fill_value=fills[0] if fills else None, mask=mask,
-                        metadata=metadata)
+                        metadata=metadata, objective=self.objective)
 
 
 def _usable_fill(value, dtype: np.dtype) -> bool:
@@ -232,7 +242,7 @@ def decode(data, dtype, shape, selection=None, *, name: str = "chunk") -> np.nda
         return r.read(region=selection).astype(dtype, copy=False)
 
 
-def resolve_rel_error(data, rel_error: float, fill_value=None) -> ChunkConfig:
+def resolve_rel_error(data, rel_error: float, fill_value=None, objective: str = "ratio") -> ChunkConfig:
     """A configuration whose absolute bound is ``rel_error`` times the valid range of the
     whole array (never per chunk).
 
@@ -241,10 +251,11 @@ def resolve_rel_error(data, rel_error: float, fill_value=None) -> ChunkConfig:
             reduced lazily, chunk by chunk, in one pass computing min and max together.
         rel_error: value-range-relative bound (>= 0).
         fill_value: values equal to it are missing (NaN is missing, and +-Inf is not valid).
+        objective: the compressor's tuning objective (:class:`ChunkConfig`).
 
     Returns:
         :class:`ChunkConfig` with ``abs_error = rel_error * (max - min)``, ``rel_error``,
-        ``valid_range`` and ``fill_value``.
+        ``valid_range``, ``fill_value`` and ``objective``.
 
     Raises:
         InvalidInputError: a bad ``rel_error``, or no valid value at all (a relative bound
@@ -260,7 +271,7 @@ def resolve_rel_error(data, rel_error: float, fill_value=None) -> ChunkConfig:
     eb = rel * (hi - lo)
     if not math.isfinite(eb):
         raise InvalidInputError("value range times rel_error overflows float64")
-    return ChunkConfig(eb, fill_value, rel, (lo, hi))
+    return ChunkConfig(eb, fill_value, rel, (lo, hi), objective)
 
 
 def _valid_only(block: np.ndarray, fill_value) -> np.ndarray:

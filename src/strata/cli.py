@@ -572,8 +572,11 @@ def _enhancement_text(e) -> str:
               help="compress only this data variable (repeat, or NAME,NAME); default: all float data variables")
 @click.option("--chunks", help="zarr chunk shape: time=24,lat=256 (dimensions not named are not split) or "
               "24,256,256 (the largest compressed variable's dimensions); default: about 4 MiB a chunk")
+@click.option("--objective", type=click.Choice(["ratio", "psnr"]),
+              help="to zarr: tune for the smallest stream at the bound (ratio, default) or the fewest bits at equal "
+              "PSNR (psnr)")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-def convert(input, output, rel_error, abs_error, variables, chunks, force):
+def convert(input, output, rel_error, abs_error, variables, chunks, objective, force):
     """Convert a NetCDF/HDF5 file to a zarr v3 store compressed with strata, or back.
 
     IN.nc/.nc4/.h5/.hdf5 -> OUT.zarr: float data variables are compressed with an error bound
@@ -591,7 +594,7 @@ def convert(input, output, rel_error, abs_error, variables, chunks, force):
     check_output(output, force, input=input)
     with reported():
         rep = run_convert(input, output, rel_error=rel_error, abs_error=abs_error, variables=names, chunks=chunks,
-                          force=force, progress_bytes=PROGRESS_BYTES)
+                          force=force, progress_bytes=PROGRESS_BYTES, objective=objective)
     ratio = f", ratio {rep.nbytes / rep.output_bytes:.2f}" if rep.lossy and rep.output_bytes else ""
     click.echo(f"{input.name} -> {output} ({rep.nbytes} bytes -> {rep.output_bytes} bytes{ratio}, "
                f"{rep.seconds:.1f} s)")

@@ -92,11 +92,12 @@ class ConvertReport:
 
 
 def convert(source, output, *, rel_error=None, abs_error=None, variables=None, chunks=None, force: bool = False,
-            progress_bytes: float = math.inf) -> ConvertReport:
+            progress_bytes: float = math.inf, objective: str | None = None) -> ConvertReport:
     """Convert ``source`` to ``output``, the direction given by their suffixes.
 
     A NetCDF/HDF5 file (``.nc``, ``.nc4``, ``.cdf``, ``.h5``, ``.hdf5``, ``.he5``) to a
-    ``.zarr`` store: :func:`netcdf_to_zarr` (takes the bound, ``variables`` and ``chunks``);
+    ``.zarr`` store: :func:`netcdf_to_zarr` (takes the bound, ``variables``, ``chunks`` and
+    ``objective``);
     a ``.zarr`` store to a NetCDF file: :func:`zarr_to_netcdf` (takes none of them).
 
     Raises:
@@ -107,10 +108,11 @@ def convert(source, output, *, rel_error=None, abs_error=None, variables=None, c
     src, dst = source.suffix.lower(), output.suffix.lower()
     if src in SOURCE_SUFFIXES and dst == ZARR_SUFFIX:
         return netcdf_to_zarr(source, output, rel_error=rel_error, abs_error=abs_error, variables=variables,
-                              chunks=chunks, force=force, progress_bytes=progress_bytes)
+                              chunks=chunks, force=force, progress_bytes=progress_bytes,
+                              objective=objective or "ratio")
     if src == ZARR_SUFFIX and dst in NETCDF_SUFFIXES:
         given = [n for n, v in (("rel_error", rel_error), ("abs_error", abs_error), ("variables", variables),
-                                ("chunks", chunks)) if v is not None]
+                                ("chunks", chunks), ("objective", objective)) if v is not None]
         if given:
             raise InvalidInputError(f"{', '.join(given)}: only for a NetCDF/HDF5 to zarr conversion (a zarr store "
                                     "is written back as it was compressed)")
@@ -121,7 +123,7 @@ def convert(source, output, *, rel_error=None, abs_error=None, variables=None, c
 
 
 def netcdf_to_zarr(source, output, *, rel_error=None, abs_error=None, variables=None, chunks=None,
-                   force: bool = False, progress_bytes: float = math.inf) -> ConvertReport:
+                   force: bool = False, progress_bytes: float = math.inf, objective: str = "ratio") -> ConvertReport:
     """Write the NetCDF/HDF5 file ``source`` as a zarr v3 store ``output``, float data
     variables compressed with strata.
 
@@ -140,6 +142,8 @@ def netcdf_to_zarr(source, output, *, rel_error=None, abs_error=None, variables=
         force: replace an existing ``output``.
         progress_bytes: show tqdm progress bars (on stderr) when the data hold at least this
             many bytes (0: always; default: never).
+        objective: the compressor's tuning objective, ``"ratio"`` or ``"psnr"``
+            (:func:`strata.lossy.compress`), kept in each codec's configuration.
 
     Returns:
         :class:`ConvertReport`.
@@ -175,7 +179,8 @@ def netcdf_to_zarr(source, output, *, rel_error=None, abs_error=None, variables=
         _clean_encodings(ds)
         show = ds.nbytes >= progress_bytes
         with _bar(show, "valid range"):
-            enc = sx.encoding(ds, rel_error=rel_error, abs_error=abs_error, variables=variables, zarr_format=3)
+            enc = sx.encoding(ds, rel_error=rel_error, abs_error=abs_error, variables=variables, zarr_format=3,
+                              objective=objective)
         lossy = {name: e["serializer"].config for name, e in enc.items()}
         with atomic_dir(output, replace=force) as tmp, warnings.catch_warnings():
             # consolidated metadata (xarray's default, and what xr.open_zarr looks for first) is a

@@ -53,6 +53,9 @@ class Strata(Codec):
         fill_value: optional; values equal to it are missing and decode to their exact bits
             (NaN always is).
         rel_error, valid_range: provenance only (written by :meth:`for_array`).
+        objective: the compressor's tuning objective, ``"ratio"`` (default) or ``"psnr"``
+            (:func:`strata.lossy.compress`); written to the configuration only when not the
+            default, and not needed to decode.
 
     Raises:
         InvalidInputError: bad configuration (unknown keys, version, bounds).
@@ -61,13 +64,14 @@ class Strata(Codec):
     codec_id = "strata"
 
     def __init__(self, abs_error: float | None = None, fill_value: float | None = None,
-                 rel_error: float | None = None, valid_range=None, version: int = chunk_codec.CONFIG_VERSION):
-        self.config = ChunkConfig.from_arguments(abs_error, fill_value, rel_error, valid_range, version)
+                 rel_error: float | None = None, valid_range=None, version: int = chunk_codec.CONFIG_VERSION,
+                 objective: str | None = None):
+        self.config = ChunkConfig.from_arguments(abs_error, fill_value, rel_error, valid_range, version, objective)
 
     @classmethod
-    def for_array(cls, data, rel_error: float, fill_value=None) -> Strata:
+    def for_array(cls, data, rel_error: float, fill_value=None, objective: str = "ratio") -> Strata:
         """A codec whose bound is ``rel_error`` times ``data``'s whole valid range."""
-        return cls(**chunk_codec.resolve_rel_error(data, rel_error, fill_value).to_json())
+        return cls(**chunk_codec.resolve_rel_error(data, rel_error, fill_value, objective).to_json())
 
     def get_config(self) -> dict:
         return {"id": self.codec_id, **self.config.to_json()}

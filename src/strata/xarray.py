@@ -53,7 +53,8 @@ def fill_value(var):
     return None
 
 
-def encoding(ds, *, rel_error=None, abs_error=None, variables=None, zarr_format: int = 3) -> dict:
+def encoding(ds, *, rel_error=None, abs_error=None, variables=None, zarr_format: int = 3,
+             objective: str = "ratio") -> dict:
     """Encoding for ``ds.to_zarr(..., encoding=...)`` compressing float variables with strata.
 
     Args:
@@ -68,6 +69,8 @@ def encoding(ds, *, rel_error=None, abs_error=None, variables=None, zarr_format:
         zarr_format: 3 (the strata codec is the serializer) or 2 (it is the numcodecs
             compressor, :class:`strata.numcodecs.Strata`); pass the same ``zarr_format`` to
             ``to_zarr``.
+        objective: the compressor's tuning objective, ``"ratio"`` or ``"psnr"``
+            (:func:`strata.lossy.compress`), kept in each codec's configuration.
 
     Returns:
         ``{name: {"serializer": StrataCodec, "compressors": None, "filters": None}}`` (zarr v3)
@@ -100,11 +103,11 @@ def encoding(ds, *, rel_error=None, abs_error=None, variables=None, zarr_format:
         fill = fill_value(var)
         if rel_error is not None:
             try:
-                config = chunk_codec.resolve_rel_error(var.data, value, fill)
+                config = chunk_codec.resolve_rel_error(var.data, value, fill, objective)
             except InvalidInputError as exc:
                 raise InvalidInputError(f"variable {name!r}: {exc}") from exc
         else:
-            config = ChunkConfig(value, fill)
+            config = ChunkConfig(value, fill, objective=objective)
         out[name] = _codec_encoding(config, zarr_format)
         # xarray replaces a variable's encoding by the one given: keep its CF encoding keys
         out[name].update({k: var.encoding[k] for k in _CF_KEYS if k in var.encoding})

@@ -59,6 +59,9 @@ class StrataCodec(ArrayBytesCodecPartialDecodeMixin, ArrayBytesCodec):
         fill_value: optional; values equal to it are missing (e.g. a CF ``_FillValue`` that
             differs from the zarr array's fill value).
         rel_error, valid_range: provenance only (written by :meth:`for_array`).
+        objective: the compressor's tuning objective, ``"ratio"`` (default) or ``"psnr"``
+            (:func:`strata.lossy.compress`); written to the configuration only when not the
+            default, and not needed to decode.
 
     Raises:
         InvalidInputError: a missing, negative or non-finite bound, a relative bound given
@@ -73,15 +76,16 @@ class StrataCodec(ArrayBytesCodecPartialDecodeMixin, ArrayBytesCodec):
     config: ChunkConfig
 
     def __init__(self, abs_error: float | None = None, *, fill_value: float | None = None,
-                 rel_error: float | None = None, valid_range=None, version: int = chunk_codec.CONFIG_VERSION):
+                 rel_error: float | None = None, valid_range=None, version: int = chunk_codec.CONFIG_VERSION,
+                 objective: str | None = None):
         object.__setattr__(self, "config", ChunkConfig.from_arguments(abs_error, fill_value, rel_error, valid_range,
-                                                                      version))
+                                                                      version, objective))
 
     @classmethod
-    def for_array(cls, data, rel_error: float, fill_value=None) -> StrataCodec:
+    def for_array(cls, data, rel_error: float, fill_value=None, objective: str = "ratio") -> StrataCodec:
         """A codec whose bound is ``rel_error`` times ``data``'s whole valid range (numpy or
         dask array, reduced once; see :func:`strata.chunk_codec.resolve_rel_error`)."""
-        return cls._from_config(chunk_codec.resolve_rel_error(data, rel_error, fill_value))
+        return cls._from_config(chunk_codec.resolve_rel_error(data, rel_error, fill_value, objective))
 
     @classmethod
     def _from_config(cls, config: ChunkConfig) -> StrataCodec:

@@ -166,3 +166,19 @@ def test_integer_fields_of_the_zoo():
     assert lattice.find(a.reshape(-1), None) == (0.0, 1.0)
     blob = strata.compress(a, abs_error=0.4)
     assert np.array_equal(strata.decompress(blob), a)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_negative_zero_keeps_its_sign_below_half_a_step(dtype):
+    """-0.0 is on every lattice through 0 but decodes from it as +0.0: at bound 0 (bit for bit
+    asked) the encoder codes such a field off the lattice; under any bound > 0 the lattice still
+    serves (+0.0 is within it of -0.0)."""
+    a = np.tile(np.array([3.0, -0.0, 1.0, 2.0, 5.0, 0.0], dtype), 50).reshape(15, 20)
+    blob = strata.compress(a, abs_error=0.0)
+    assert strata.open(blob).header.lattice is None
+    y = strata.decompress(blob)
+    assert np.array_equal(a.view(f"u{a.itemsize}"), y.view(f"u{a.itemsize}"))
+    for eb in (0.4, 1.0):
+        blob = strata.compress(a, abs_error=eb)
+        assert strata.open(blob).header.lattice is not None
+        assert np.abs(strata.decompress(blob).astype(np.float64) - a).max() <= eb

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -51,6 +51,7 @@ def test_bound_random_arrays(data, dtype, shape, rel, smooth):
 @given(hnp.arrays(np.float32, hnp.array_shapes(min_dims=1, max_dims=3, max_side=9),
                   elements=st.floats(-1e6, 1e6, width=32)),
        st.sampled_from([0.0, 1e-6, 0.5, 100.0]))
+@example(np.array([0.5, -0.0, 1.0], np.float32), 0.0)  # (on a lattice, with a negative zero: found here)
 def test_bound_arbitrary_values(a, eb):
     """Any finite float32 content, including huge jumps and denormals, at any bound."""
     y = strata.decompress(strata.compress(a, abs_error=eb))

@@ -124,11 +124,12 @@ def choose(flat: np.ndarray, missing: np.ndarray | None, eb: float, valid_range)
         return None
     miss = _mask(missing)
     on = usable(guess(sample(flat, miss), flat.itemsize), eb, flat.dtype, valid_range)
-    if on is None or exact(flat, miss, on.offset, on.step):
-        return on
-    if float(on.step).is_integer():  # (integers whose steps the sample overstated: the whole array's)
-        return usable(find(flat, missing), eb, flat.dtype, valid_range)
-    return None
+    if on is not None and not exact(flat, miss, on.offset, on.step):
+        # (integers whose steps the sample overstated: the whole array's)
+        on = usable(find(flat, missing), eb, flat.dtype, valid_range) if float(on.step).is_integer() else None
+    if on is not None and eb == 0 and _negative_zero(flat, miss, miss.size > 0):
+        return None  # (-0.0 decodes from a lattice as +0.0: a lossless stream keeps its bits off it)
+    return on
 
 
 def _mask(missing) -> np.ndarray:
@@ -251,6 +252,18 @@ def _exact_kernel(flat, missing, has_missing, offset, step, cast):
         if cast[0] != v:
             return False
     return True
+
+
+@njit(nogil=True, cache=True)
+def _negative_zero(flat, missing, has_missing):
+    """Whether a valid value is -0.0 (equal to 0, its sign bit set)."""
+    for i in range(flat.shape[0]):
+        if has_missing and missing[i]:
+            continue
+        v = flat[i]
+        if v == 0 and math.copysign(1.0, v) < 0:
+            return True
+    return False
 
 
 @njit(nogil=True, cache=True)

@@ -2,6 +2,9 @@
 # The checks a GPU machine of 16 cores runs in one call (results under $OUT): the CUDA tests, then
 # strata.lossy on 1..16 threads against an earlier source tree. Inputs, carried beside the checkout:
 #   DATA  folder of raw fields (default .devdata)     BASE  src folder of the earlier tree (default .devbase/src)
+# Made here before the call (both ignored through .git/info/exclude, named in the call's carry):
+#   mkdir -p .devdata .devbase && cp ../shared/data/sci/{ns3d192,ns3d_vx,era5_t2m}_* ../shared/data/zoo/das_silixa_* .devdata/
+#   git archive REV src | tar -x -C .devbase
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src"
 OUT=${OUT:-/tmp/device_out}; DATA=${DATA:-.devdata}; BASE=${BASE:-.devbase/src}

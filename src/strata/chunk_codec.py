@@ -33,7 +33,7 @@ import numpy as np
 
 from .errors import CorruptStreamError, FormatError, InvalidInputError, UnsupportedDtypeError
 from .lossy import LossyReader, compress
-from .lossy.tune import OBJECTIVES
+from .lossy.tune import check_objective
 
 #: Version of the configuration written by this strata.
 CONFIG_VERSION = 1
@@ -85,8 +85,7 @@ class ChunkConfig:
             if not isinstance(vr, (list, tuple)) or len(vr) != 2:
                 raise InvalidInputError(f"valid_range must be [min, max], not {vr!r}")
             object.__setattr__(self, "valid_range", (_number(vr[0], "valid_range"), _number(vr[1], "valid_range")))
-        if not isinstance(self.objective, str) or self.objective not in OBJECTIVES:
-            raise InvalidInputError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
+        check_objective(self.objective)
 
     @classmethod
     def from_arguments(cls, abs_error=None, fill_value=None, rel_error=None, valid_range=None,

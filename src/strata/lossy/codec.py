@@ -34,7 +34,7 @@ from .header import BOUND_ABS, BOUND_REL, DTYPE_CODES, LevelEntry, LossyHeader
 from .predictors import lattice
 from .quantize import RADIUS
 from .target import TargetRecord
-from .tune import OBJECTIVES, Settings, choose, make_plan
+from .tune import Settings, check_objective, choose, make_plan
 
 
 def validate_array(array) -> np.ndarray:
@@ -118,8 +118,7 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     (at a poor ratio). Missing points and +-Inf decode to their exact original bits (see
     :mod:`strata.lossy.missing` for the contract and the method).
     """
-    if objective not in OBJECTIVES:
-        raise InvalidInputError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    check_objective(objective)
     data, ma_mask = missing.split_masked(array)
     a = validate_array(data)
     miss = None  # (NaN only: prepare finds them, without a mask array when there are none)

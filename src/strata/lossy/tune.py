@@ -83,6 +83,17 @@ OBJECTIVES = ("ratio", "psnr")
 #: grid, alpha 1..2 by 1/4 and beta 1.5, 2, 3, 4, alpha <= beta (Liu et al., SC'22, Sec. IV-C),
 #: times 8.
 PSNR_FACTORS = tuple((a, b) for a in (8, 10, 12, 14, 16) for b in (12, 16, 24, 32) if a <= b)
+
+
+def check_objective(objective) -> str:
+    """``objective`` if it is one of :data:`OBJECTIVES`.
+
+    Raises:
+        InvalidInputError: anything else.
+    """
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise InvalidInputError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    return objective
 #: Sampled fraction of the values (at least one box, at most ``MAX_BOXES``).
 SAMPLE_FRACTION = 0.01
 MAX_BOXES = 16
@@ -328,8 +339,7 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
     arrays next pays for touching their pages once."""
     shape3 = as_3d_shape(a.shape)
     cands = candidates(a.reshape(shape3))
-    if objective not in OBJECTIVES:
-        raise InvalidInputError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    check_objective(objective)
     if eb == 0 or len(cands) == 1:
         return Settings(), None
     flat = np.ascontiguousarray(a).reshape(-1)
@@ -408,9 +418,7 @@ def _rate_distortion(trials: _Trials, best: Settings, best_trial):
     and a lower PSNR loses; otherwise a second trial at the bound scaled by the ratio of their
     bits gives the candidate's local rate-distortion line, and it wins if that line passes
     above the best one's PSNR at the best one's bits. Candidates whose step bounds equal one
-    tried already are skipped."""
-    if len(trials.plans) == 0 or best is None:
-        return best, best_trial
+    tried already are skipped. (``best`` is tried again, for its squared error.)"""
     best_bits, best_psnr, best_trial = trials.rate_and_psnr(best)
     seen = {_bounds_of(trials, best)}
     for alpha8, beta8 in PSNR_FACTORS:

@@ -220,8 +220,8 @@ class Features:
     def _framing(self, levels) -> float:
         """Bits per value of strata's chunk framing (:data:`CHUNK_FRAMING_BYTES` a chunk) under
         the encoder's chunk-edge rule (:func:`strata.lossy.encoder.choose_tile`), each level's
-        size estimated from ``levels`` (bits per value of the points of each sampled stride; the
-        coarsest stride's rate for every coarser level); 0 without an estimate."""
+        size estimated from ``levels`` (bits per point at each sampled stride; the coarsest
+        stride's rate for every coarser level); 0 without an estimate."""
         if levels is None or self.n_values <= 0:
             return 0.0
         part = Partition.get(as_3d_shape(self.shape))
@@ -229,14 +229,16 @@ class Features:
         total = 0
         for level in range(1, part.num_levels):
             stride = max(part.level_stride(level))
-            si = min(int(math.log2(stride)), len(STRIDES) - 1) if stride >= 1 else 0
+            si = min(int(math.log2(stride)), len(STRIDES) - 1)
             est_bytes = levels[si] * part.level_points(level) * valid / 8
             total += CHUNK_FRAMING_BYTES * level_chunks(part, level, est_bytes)
         return 8 * total / self.n_values
 
-    def _estimate(self, e: float, noise: float, factors: np.ndarray) -> np.ndarray:
+    def _estimate(self, e: float, noise: float, factors: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """``(bits, nmse, zero share, context bits)`` with bound ``e / factors[s]`` at stride
-        ``s`` (range units) and reconstructed neighbours off by ``noise / factors[s]``."""
+        ``s`` (range units) and reconstructed neighbours off by ``noise / factors[s]``, under the
+        flat axes and pass order the tuner would take; and the bits per point at each sampled
+        stride (None when nothing was sampled)."""
         group = _group_estimates(self.residuals, e / factors, noise / factors, 8 * self.itemsize,
                                  _closed_loop_noise())  # (S, 3, 4)
         sampled = np.isfinite(group[..., 0])
@@ -246,9 +248,10 @@ class Features:
             w = _weights(shape3, flat, order) * sampled
             if w.sum() == 0:
                 return None, None
-            per_level = np.where(sampled, group[..., 0], 0.0) * w  # (bits of each stride's points)
-            return (np.where(sampled[..., None], group, 0.0) * w[..., None]).sum(axis=(0, 1)) / w.sum(), \
-                per_level.sum(axis=1) / w.sum()
+            # bits per point at each stride: its axes' estimates weighed by their shares of its points
+            share = w.sum(axis=1)
+            per_point = (np.where(sampled, group[..., 0], 0.0) * w).sum(axis=1) / np.where(share > 0, share, 1.0)
+            return (np.where(sampled[..., None], group, 0.0) * w[..., None]).sum(axis=(0, 1)) / w.sum(), per_point
 
         best, best_flat, levels = None, None, None
         for flat in self.flat:

@@ -4,7 +4,9 @@ that family's figures from the rule chosen without it.
 A rule has two parts: the candidates the tuner tries after its first choice and the share by
 which one must shrink the estimated size to be kept. ``--rule level-factors``: the level-wise
 bound factors ``(alpha8, beta8)`` (``LEVEL_FACTORS``, ``LEVEL_MARGIN``); ``--rule pass-order``:
-the pass orders tried after ``(0, 1, 2)`` (``ORDERS``, ``ORDER_MARGIN``). For every family of
+the pass orders tried after ``(0, 1, 2)`` (``ORDERS``, ``ORDER_MARGIN``); ``--rule step-predictors``:
+the predictors tried per step after dimension-by-dimension interpolation (``STEP_PREDICTORS``,
+``STEP_MARGIN``: multi-dimensional interpolation). For every family of
 sci + zoo, each candidate rule of the rule's grid is scored on the *other* families (geomean of
 strata's compression ratio at value-range-relative bounds 1e-2, 1e-3, 1e-4, every field weighted
 alike), the best one is taken, and the held-out family's geomean ratio under it is reported
@@ -13,7 +15,7 @@ the rules chosen that way. The other rules stay as shipped.
 
     .venv/bin/python benchmarks/lofo_tuner_rules.py --rule pass-order [--fields PREFIX,...]
 
-Writes benchmarks/results/lofo_level_factors.{md,json} or lofo_pass_order.{md,json}; one thread
+Writes benchmarks/results/lofo_level_factors, lofo_pass_order or lofo_step_predictors .{md,json}; one thread
 (``NUMBA_NUM_THREADS=1`` set here), one process.
 """
 from __future__ import annotations
@@ -49,6 +51,11 @@ RULES = {
         candidates={"none": (), "reverse": ((2, 1, 0),),
                     "every order": tuple(o for o in itertools.permutations(range(3)) if o != (0, 1, 2))},
         margins=(0.0, 0.01, 0.02, 0.04, 0.08)),
+    "step-predictors": dict(
+        title="the tuner's step-predictor rule", attrs=("STEP_PREDICTORS", "STEP_MARGIN"),
+        out="lofo_step_predictors",
+        candidates={"none": (), "multidim": (tune.MULTIDIM,)},
+        margins=(0.0, 0.02, 0.04, 0.06, 0.08, 0.12)),
 }
 
 

@@ -338,7 +338,7 @@ def parse_lossy(blob: bytes) -> G:
     metadata_len = 0
     vrange = None
     enhance_len = target_len = 0
-    lattice = None
+    lattice = predictors = None
     if flags is not None:
         if flags & 1:
             missing_count, fill, origin = r.varint(), r.take(itemsize), r.f64()
@@ -353,6 +353,8 @@ def parse_lossy(blob: bytes) -> G:
             target_len = r.varint()
         if flags & 32:
             lattice = (r.f64(), r.f64(), r.varint())
+        if flags & 64:
+            predictors = r.take(r.varint())
     if r.pos != len(hbytes):
         raise ValueError("header has trailing bytes")
 
@@ -467,6 +469,9 @@ def parse_lossy(blob: bytes) -> G:
         if flags & 32:
             ext += [F("f64", lattice[0], E + "lattice offset"), F("f64", lattice[1], E + "lattice step"),
                     F("varint", lattice[2], E + "lattice steps of error")]
+        if flags & 64:
+            ids = F("bytes", predictors, E + "step predictors")
+            ext += [F("varint", len(predictors), E + "step predictor count", auto=lambda: len(ser(ids))), ids]
         hf.append(G(ext, E + "fields"))
     header = G(hf, "header")
     trailing = G([target, enhancement], "stream: trailing sections")

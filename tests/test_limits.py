@@ -27,6 +27,7 @@ def test_bomb_stream_is_refused_before_allocating(stream):
     def bomb(h):
         h.shape = (8192, 8192, 8192)
         h.levels = [LevelEntry(0, 0) for _ in range(h.partition().num_levels)]
+        h.predictors = None  # (the stream's step predictors are for its own shape's steps)
 
     blob = repack_header(stream[1], bomb)
     with pytest.raises(ResourceLimitError, match="limit"):

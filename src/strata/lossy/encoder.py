@@ -47,13 +47,13 @@ def predict_all(orig: np.ndarray, missing: np.ndarray, plan: Plan, x: np.ndarray
     part = plan.partition
     encode_origin(x, codes, orig, plan.origin_bound, plan.origin_pred)
     last = len(part.steps) - 1
-    passes = part.plan_passes(None, last)
+    passes = plan.passes()
     shape = np.array(part.shape, np.int64)
     for predictor, steps in plan.runs(0, last):
         run = passes if len(steps) == len(passes) else {i: passes[i] for i in steps}
         predictor.encode_passes(x, codes, orig, missing, shape,
                                 predictor.pass_table(run, plan.bounds, plan.param, part,
-                                                     ("rows", steps.start, steps.stop)))
+                                                     ("rows", steps.start, steps.stop, plan.multi)))
     return codes
 
 

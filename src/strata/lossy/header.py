@@ -7,7 +7,9 @@ the length of the exact-value section, and per level the lengths of its head and
 then an optional extension (streams written before it have none): flags, the missing-value
 fields (count, fill pattern, the first point's prediction, per level the lengths of its mask
 index and mask payload), the metadata section's length, the valid range, the enhancement section's length,
-the target section's length, the lattice the values are coded on (:mod:`strata.lossy.predictors.lattice`).
+the target section's length, the lattice the values are coded on (:mod:`strata.lossy.predictors.lattice`),
+the predictor id of every step (:mod:`strata.lossy.predictors`; absent: every step interpolated
+dimension by dimension).
 Every size is validated against ``MAX_ELEMENTS`` and the stream length before anything is
 allocated.
 """
@@ -23,7 +25,7 @@ from ..container import Reader, Writer
 from ..errors import CorruptStreamError, ResourceLimitError
 from .partition import Partition, as_3d_shape
 from .plan import Plan
-from .predictors import INTERPOLATION
+from .predictors import INTERPOLATION, PREDICTORS
 from .predictors.lattice import EXACT_INTEGER, Lattice
 
 #: Largest number of values strata decodes (2**40, 4 TiB of float32).
@@ -35,9 +37,11 @@ DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8")}
 DTYPE_CODES = {np.dtype("float32"): 1, np.dtype("float64"): 2}
 BOUND_ABS, BOUND_REL = 0, 1
 #: Extension flags.
-EXT_MISSING, EXT_METADATA, EXT_RANGE, EXT_ENHANCE, EXT_TARGET, EXT_LATTICE = 1, 2, 4, 8, 16, 32
+EXT_MISSING, EXT_METADATA, EXT_RANGE, EXT_ENHANCE, EXT_TARGET, EXT_LATTICE, EXT_PREDICTORS = 1, 2, 4, 8, 16, 32, 64
 #: Flags a reader knows; a stream with a higher bit set is refused (a later writer's section).
-EXT_KNOWN = 64
+EXT_KNOWN = 128
+#: Most refinement steps (three axes of at most 2**40 points).
+MAX_STEPS = 3 * 41
 ORDERS = list(itertools.permutations(range(3)))
 
 
@@ -88,6 +92,9 @@ class LossyHeader:
     target_len: int = 0
     #: The lattice the valid values are coded on (their index ``k``), or None (the values).
     lattice: Lattice | None = None
+    #: The predictor id of each refinement step (:data:`strata.lossy.predictors.PREDICTORS`), or
+    #: None: every step interpolated dimension by dimension (id 0).
+    predictors: tuple[int, ...] | None = None
 
     @property
     def size(self) -> int:
@@ -105,33 +112,31 @@ class LossyHeader:
 
     def plan(self) -> Plan:
         """The compression plan the stream was coded with (:class:`strata.lossy.plan.Plan`):
-        every step interpolated, cubic where :attr:`cubic_mask` has its bit."""
+        each step by its predictor (:attr:`predictors`), cubic where :attr:`cubic_mask` has its
+        bit."""
         n = len(self.partition().steps)
         every = (1 << n) - 1
         cubic = self.cubic_mask & every
         params = 1 if cubic == every else 0 if cubic == 0 else [(cubic >> i) & 1 for i in range(n)]
         return Plan.make(self.shape, self.dtype, self.coding_eb, self.order, self.flat,
-                         self.alpha8, self.beta8, params, self.lattice, self.origin_pred)
+                         self.alpha8, self.beta8, params, self.lattice, self.origin_pred,
+                         INTERPOLATION if self.predictors is None else self.predictors)
 
     @classmethod
     def of(cls, plan: Plan, bound_mode: int, bound_value: float, eb: float, **facts) -> LossyHeader:
         """The header of a stream coded with ``plan`` (what the header stores of it: pass order,
-        flat axes, level-wise factors, cubic or linear per step, lattice, first-point prediction)
-        under the user's bound (``bound_mode``, ``bound_value``, the absolute bound ``eb``);
-        ``facts``: the other fields (valid range, missing values, section lengths).
-
-        Raises:
-            ValueError: a step of ``plan`` has a predictor other than interpolation, which this
-                version of the format cannot record.
-        """
+        flat axes, level-wise factors, predictor and cubic or linear per step, lattice,
+        first-point prediction) under the user's bound (``bound_mode``, ``bound_value``, the
+        absolute bound ``eb``); ``facts``: the other fields (valid range, missing values, section
+        lengths)."""
         n = len(plan.predictors)
-        if plan.predictors.count(INTERPOLATION) != n:
-            raise ValueError("the lossy header records interpolation steps only")
+        predictors = None if plan.predictors.count(INTERPOLATION) == n else plan.predictors
         ones = plan.params.count(1)
         cubic_mask = ((1 << n) - 1 if ones == n else 0 if ones == 0
                       else sum(1 << i for i, p in enumerate(plan.params) if p))
         return cls(plan.shape, plan.dtype, bound_mode, bound_value, eb, plan.order, plan.flat, plan.alpha8,
-                   plan.beta8, cubic_mask, lattice=plan.lattice, origin_pred=plan.origin_pred, **facts)
+                   plan.beta8, cubic_mask, lattice=plan.lattice, origin_pred=plan.origin_pred,
+                   predictors=predictors, **facts)
 
     def to_bytes(self) -> bytes:
         w = Writer().u8(len(self.shape))
@@ -148,7 +153,8 @@ class LossyHeader:
             w.varint(lv.head_len).varint(lv.payload_len)
         flags = ((EXT_MISSING if self.missing_count else 0) | (EXT_METADATA if self.metadata_len else 0)
                  | (EXT_RANGE if self.valid_range is not None else 0) | (EXT_ENHANCE if self.enhance_len else 0)
-                 | (EXT_TARGET if self.target_len else 0) | (EXT_LATTICE if self.lattice is not None else 0))
+                 | (EXT_TARGET if self.target_len else 0) | (EXT_LATTICE if self.lattice is not None else 0)
+                 | (EXT_PREDICTORS if self.predictors is not None else 0))
         w.u8(flags)
         if self.missing_count:
             w.varint(self.missing_count).raw(self.fill_bits).f64(self.origin_pred)
@@ -164,6 +170,8 @@ class LossyHeader:
             w.varint(self.target_len)
         if self.lattice is not None:
             w.f64(self.lattice.offset).f64(self.lattice.step).varint(self.lattice.m)
+        if self.predictors is not None:
+            w.blob(bytes(self.predictors))
         return w.getvalue()
 
     @classmethod
@@ -218,6 +226,9 @@ class LossyHeader:
                                      f"{h.partition().num_levels}")
         if not h.size and n_levels:
             raise CorruptStreamError("empty array with levels")
+        if h.predictors is not None and len(h.predictors) != (len(h.partition().steps) if h.size else 0):
+            raise CorruptStreamError(f"header lists {len(h.predictors)} step predictors, the shape has "
+                                     f"{len(h.partition().steps) if h.size else 0} steps")
         return h
 
     def _read_extension(self, r: Reader, stream_size: int) -> None:
@@ -256,3 +267,12 @@ class LossyHeader:
                 raise CorruptStreamError(f"invalid lattice (offset {offset}, step {step}, {m} steps of error under "
                                          f"the bound {self.eb})")
             self.lattice = Lattice(offset, step, m)
+        if flags & EXT_PREDICTORS:
+            ids = tuple(r.blob(MAX_STEPS))
+            unknown = sorted(set(ids) - set(PREDICTORS))
+            if unknown:
+                raise CorruptStreamError(f"unknown step predictor {unknown[0]} (a stream from a later version of "
+                                         f"strata?)")
+            if ids.count(INTERPOLATION) == len(ids):
+                raise CorruptStreamError("step predictors recorded for a stream that interpolates every step")
+            self.predictors = ids

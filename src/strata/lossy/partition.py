@@ -21,7 +21,11 @@ axes. Decoding levels ``0..k`` yields the grid of level ``k``, ``ceil(n / Q)`` p
 dimension-by-dimension interpolation, Zhao et al., ICDE'21, Sec. IV). Pass ``p`` along axis
 ``a`` covers the points with an odd multiple of ``Q[a]`` on ``a``, a multiple of ``Q`` on the
 axes refined before it and a multiple of ``P`` on the others; it reads coarser points and
-points of earlier passes at distances ``Q[a]`` and ``3 Q[a]`` along ``a``.
+points of earlier passes at distances ``Q[a]`` and ``3 Q[a]`` along ``a``. A *multi-dimensional*
+step (HPEZ's, Liu et al., 2024) has one pass per set ``S`` of refined axes -- a *group*: the
+points with an odd multiple of ``Q`` on the axes of ``S`` and a multiple of ``P`` on the other
+refined axes -- groups of one axis first, then of two, then of three; a group's point is
+predicted along every axis of ``S``, from points of the smaller groups.
 
 **Chunks.** Each level ``k >= 1`` is cut into boxes of about ``tile`` grid points per axis
 (``TILE``, or half of it for levels whose chunks would still be large; the encoder records the
@@ -30,6 +34,7 @@ level's points are listed in C (raster) order of their grid index. The base grid
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -88,13 +93,20 @@ class Box:
 @dataclass(frozen=True)
 class Pass:
     """One interpolation pass: the points ``starts + k * steps`` inside ``box``, predicted
-    along ``axis`` with stride ``stride``."""
+    along ``axis`` with stride ``stride``, or, for a group of a multi-dimensional step
+    (``axes`` non-zero), along each axis of the bit mask ``axes`` (``axis`` its first)."""
 
     axis: int
     stride: int
     starts: Vec
     steps: Vec
     box: Box
+    axes: int = 0
+
+    @property
+    def along(self) -> tuple[int, ...]:
+        """The axes the pass's points are predicted along."""
+        return tuple(a for a in range(3) if self.axes >> a & 1) if self.axes else (self.axis,)
 
 
 @dataclass(frozen=True)
@@ -198,8 +210,9 @@ class Partition:
         n = self.points(self.level_stride(level))
         return n if level == 0 else n - self.points(self.level_stride(level - 1))
 
-    def passes(self, step: Step, box: Box | None = None) -> tuple[list[Pass], Box | None]:
-        """Passes of ``step`` in order, restricted to ``box`` when given.
+    def passes(self, step: Step, box: Box | None = None, multi: bool = False) -> tuple[list[Pass], Box | None]:
+        """Passes of ``step`` in order (its groups if ``multi``: see the module docstring),
+        restricted to ``box`` when given.
 
         With a box, the pass boxes grow backwards so that each pass covers what later passes
         read; the second value is the box of coarser points the step reads (``None`` without
@@ -207,6 +220,8 @@ class Partition:
         """
         P, Q = step.coarse, step.fine
         axes = [a for a in self.order if Q[a] < P[a]]
+        if multi:
+            return self._groups(P, Q, axes, box)
         cur = box if box is not None else Box.whole(self.shape)
         out = []
         for p in range(len(axes) - 1, -1, -1):
@@ -221,24 +236,75 @@ class Partition:
         out.reverse()
         return out, (cur if box is not None else None)
 
-    def reads(self, p: Pass) -> Box:
-        """The box of points pass ``p`` reads or writes: its box grown along its axis by the
-        stencil's reach (the last point of a line extrapolates from up to 5 strides back)."""
-        reach = EXTRAPOLATION_REACH if p.box.hi[p.axis] + p.stride > self.shape[p.axis] else STENCIL_REACH
-        return p.box.grow(p.axis, reach * p.stride, self.shape)
+    def _groups(self, P: Vec, Q: Vec, axes: list[int], box: Box | None) -> tuple[list[Pass], Box | None]:
+        """:meth:`passes` of a multi-dimensional step. With a box, a group ``S`` covers the box
+        and what the groups of one more axis ``a`` read of it (along ``a`` only); the coarse
+        points read are what the groups of one axis read along it. (A group's box grown by all
+        the groups after it, as passes are, would grow along every axis at each of them: the
+        tuner's sampled trials then ran 15 times the points.)"""
+        groups = [g for k in range(1, len(axes) + 1) for g in itertools.combinations(axes, k)]
+        need: dict[frozenset, Box] = {}
+        coarse = None
+        if box is not None:
+            for g in reversed(groups):
+                cur = box
+                for a in axes:
+                    if a not in g:
+                        cur = cur.hull(self._grow(need[frozenset(g) | {a}], a, Q[a]))
+                need[frozenset(g)] = cur
+            for a in axes:
+                grown = self._grow(need[frozenset((a,))], a, Q[a])
+                coarse = grown if coarse is None else coarse.hull(grown)
+        out = []
+        for g in groups:
+            starts, steps = [0, 0, 0], list(Q)
+            for a in g:
+                starts[a] = Q[a]
+            for a in axes:
+                steps[a] = P[a]
+            out.append(Pass(g[0], Q[g[0]], tuple(starts), tuple(steps),
+                            need[frozenset(g)] if box is not None else Box.whole(self.shape), sum(1 << a for a in g)))
+        return out, coarse
 
-    def plan_passes(self, box: Box | None, last_step: int, first_step: int = 0) -> dict[int, list[Pass]]:
+    def _grow(self, box: Box, a: int, stride: int) -> Box:
+        """``box`` grown along axis ``a`` by the reach of a stencil of ``stride`` (the last point of
+        a line extrapolates from up to 5 strides back)."""
+        reach = EXTRAPOLATION_REACH if box.hi[a] + stride > self.shape[a] else STENCIL_REACH
+        return box.grow(a, reach * stride, self.shape)
+
+    @staticmethod
+    def step_box(passes: list[Pass]) -> Box:
+        """The box of a step's points that its ``passes`` (from :meth:`passes` with a box)
+        compute: the hull of their boxes."""
+        out = passes[0].box
+        for p in passes[1:]:
+            out = out.hull(p.box)
+        return out
+
+    def reads(self, p: Pass) -> Box:
+        """The box of points pass ``p`` reads or writes: its box grown along each axis it
+        predicts along by the stencil's reach (the last point of a line extrapolates from up
+        to 5 strides back)."""
+        out = p.box
+        for a in p.along:
+            out = self._grow(out, a, p.stride)
+        return out
+
+    def plan_passes(self, box: Box | None, last_step: int, first_step: int = 0,
+                    multi: frozenset = frozenset()) -> dict[int, list[Pass]]:
         """Passes of steps ``first_step..last_step`` needed for the values of the step
-        ``last_step`` grid inside ``box`` (all points when ``box`` is None), by step."""
+        ``last_step`` grid inside ``box`` (all points when ``box`` is None), by step; the
+        steps in ``multi`` multi-dimensional (:meth:`passes`)."""
         if box is None:
-            key = ("plan", last_step, first_step)
+            key = ("plan", last_step, first_step, multi)
             if key not in self.cache:
-                self.cache[key] = {i: self.passes(self.steps[i])[0] for i in range(first_step, last_step + 1)}
+                self.cache[key] = {i: self.passes(self.steps[i], None, i in multi)[0]
+                                   for i in range(first_step, last_step + 1)}
             return self.cache[key]
         out: dict[int, list[Pass]] = {}
         need = box
         for i in range(last_step, first_step - 1, -1):
-            out[i], need = self.passes(self.steps[i], need)
+            out[i], need = self.passes(self.steps[i], need, i in multi)
         return out
 
     # ------------------------------------------------------------------ chunks

@@ -121,18 +121,28 @@ class Plan(NamedTuple):
     def make(shape: tuple[int, ...], dtype, eb: float, order: Vec = (0, 1, 2),
              flat: tuple[bool, bool, bool] = (False, False, False), alpha8: int = 8, beta8: int = 8,
              params=True, lattice: Lattice | None = None, origin_pred: float = 0.0,
-             predictor: int = INTERPOLATION) -> Plan:
+             predictors=INTERPOLATION) -> Plan:
         """The plan of the settings the tuner chose (:class:`strata.lossy.tune.Settings`'
-        fields) for an array of ``shape`` and ``dtype`` at coding bound ``eb``: every step
-        predicted by ``predictor`` with parameter ``params`` (one for every step, or a
-        sequence of one per step), its bound by the level-wise factors."""
+        fields) for an array of ``shape`` and ``dtype`` at coding bound ``eb``: each step
+        predicted by ``predictors`` (one id for every step, or a sequence of one per step) with
+        parameter ``params`` (likewise), its bound by the level-wise factors."""
         part = Partition.get(as_3d_shape(shape), order, flat)
-        n = len(part.steps)
-        params = (int(params),) * n if isinstance(params, (bool, int, np.integer)) else tuple(int(p) for p in params)
         return Plan(tuple(shape), np.dtype(dtype), float(eb), part.order, part.flat, int(alpha8), int(beta8),
-                    (predictor,) * n, params, _step_bounds(part.level_numbers, float(eb), int(alpha8), int(beta8)),
-                    lattice, float(origin_pred),
+                    _per_step(predictors, len(part.steps)), _per_step(params, len(part.steps)),
+                    _step_bounds(part.level_numbers, float(eb), int(alpha8), int(beta8)), lattice, float(origin_pred),
                     part)
+
+    @property
+    def multi(self) -> frozenset:
+        """The steps whose passes are groups of axes (a predictor with ``GROUPS``): what
+        :meth:`strata.lossy.partition.Partition.plan_passes` takes as ``multi``."""
+        return _multi(self.predictors)
+
+    def passes(self, box=None, last: int | None = None, first: int = 0) -> dict:
+        """:meth:`strata.lossy.partition.Partition.plan_passes` of steps ``first .. last``
+        (default: the last step) under this plan's predictors."""
+        last = len(self.partition.steps) - 1 if last is None else last
+        return self.partition.plan_passes(box, last, first, self.multi)
 
     def step(self, i: int) -> StepPlan:
         """How step ``i`` is predicted and quantized."""
@@ -155,7 +165,11 @@ class Plan(NamedTuple):
         """Steps ``first .. last`` in runs of consecutive steps with one predictor: ``(predictor
         module, step indices)`` each, in order (one run while every step is interpolated: the
         passes of a run go to its predictor in one call)."""
-        ids = self.predictors
+        return Plan.runs_of(self.predictors, first, last)
+
+    @staticmethod
+    def runs_of(ids: tuple[int, ...], first: int, last: int) -> tuple[tuple[Predictor, range], ...]:
+        """:meth:`runs` of the step predictor ids ``ids``."""
         if last < first:
             return ()
         if ids.count(ids[first]) == len(ids):  # (one predictor throughout)
@@ -172,6 +186,16 @@ class Plan(NamedTuple):
     def geometry(self, level: int, tile: int | None = None) -> LevelGeometry:
         """:func:`level_geometry` of ``level`` on chunk edge ``tile``."""
         return level_geometry(self.partition, level, tile)
+
+
+def _per_step(value, n: int) -> tuple[int, ...]:
+    """``value`` (one int for every step, or a sequence of one per step) as ``n`` ints."""
+    return (int(value),) * n if isinstance(value, (bool, int, np.integer)) else tuple(int(v) for v in value)
+
+
+@lru_cache(maxsize=256)
+def _multi(predictors: tuple[int, ...]) -> frozenset:
+    return frozenset(i for i, p in enumerate(predictors) if get(p).GROUPS)
 
 
 __all__ = ["LevelGeometry", "Plan", "StepPlan", "level_geometry", "step_bounds"]

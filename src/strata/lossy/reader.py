@@ -24,6 +24,7 @@ from . import metadata as meta
 from .header import LossyHeader
 from .partition import Box, as_3d_shape, grid_shape
 from .plan import LevelGeometry
+from .predictors import MULTIDIM
 from .predictors.origin import decode_origin
 from .quantize import narrow_fits
 from .target import TargetRecord
@@ -258,7 +259,9 @@ class LossyReader:
         flat = [a for a in range(3) if h.flat[a]]
         kinds = {bool(p) for p in self._cplan.params} if self._cplan else set()
         interp = "cubic" if kinds == {True} else "linear" if kinds == {False} else "mixed"
+        multi = sum(p == MULTIDIM for p in h.predictors) if h.predictors else 0
         return (f"{interp} interpolation, pass order {h.order}"
+                + (f", {multi} of {len(h.predictors)} steps multi-dimensional" if multi else "")
                 + (f", flat axes {flat} (internal 3D view)" if flat else "")
                 + f", level-wise bound factors alpha={h.alpha8 / 8:g} beta={h.beta8 / 8:g}")
 
@@ -690,7 +693,7 @@ class LossyReader:
         ``0..level``, or ``0..last`` for a full-resolution read, whose previews need the mask."""
         part = self._part
         last_step = len(part.steps) - 1 if full_resolution else part.base_steps + level - 1
-        step_passes = part.plan_passes(box, last_step, part.base_steps)
+        step_passes = self._cplan.passes(box, last_step, part.base_steps)
         level_chunks: dict[int, np.ndarray] = {0: np.zeros(1, np.int64)}
         hulls: dict[int, Box | None] = {}
         need_codes = None
@@ -699,7 +702,7 @@ class LossyReader:
             if box is None:
                 level_chunks[lv] = np.arange(part.chunk_count(lv, tile))
                 continue
-            cbox = step_passes[part.base_steps + lv - 1][0].box
+            cbox = part.step_box(step_passes[part.base_steps + lv - 1])
             if need_codes is not None:
                 cbox = cbox.hull(need_codes)
             ids = part.chunks_touching(lv, cbox, tile)
@@ -717,7 +720,7 @@ class LossyReader:
                     continue
                 # the mask where the level's codes are decoded (or its preview runs), and the
                 # coarser mask inside the finer level's mask chunks
-                mbox = hulls.get(lv) if lv <= level else step_passes[part.base_steps + lv - 1][0].box
+                mbox = hulls.get(lv) if lv <= level else part.step_box(step_passes[part.base_steps + lv - 1])
                 mbox = need if mbox is None else (mbox if need is None else mbox.hull(need))
                 ids = part.chunks_touching(lv, mbox) if mbox is not None else np.zeros(0, np.int64)
                 mask_chunks[lv] = ids
@@ -734,10 +737,11 @@ class LossyReader:
         shape = np.array(part.shape, np.int64)
         self._decode_chunks(0, data.codes.pop(0), x, codes, miss)
         decode_origin(x, codes, cp.origin_bound, cp.origin_pred)
-        base_plan = part.plan_passes(None, part.base_steps - 1)
+        base_plan = cp.passes(None, part.base_steps - 1)
         for predictor, steps in cp.runs(0, part.base_steps - 1):
             run = base_plan if len(steps) == len(base_plan) else {i: base_plan[i] for i in steps}
-            table = predictor.pass_table(run, cp.bounds, cp.param, part, ("rows", "base", steps.start, steps.stop))
+            table = predictor.pass_table(run, cp.bounds, cp.param, part,
+                                         ("rows", "base", steps.start, steps.stop, cp.multi))
             predictor.decode_passes(x, codes, miss, shape, table)
         total = len(step_passes) + 1
         report(1, total)
@@ -746,7 +750,8 @@ class LossyReader:
                 break
             lv = i - part.base_steps + 1
             predictor = cp.predictor(i)
-            table = predictor.pass_table({i: step_passes[i]}, cp.bounds, cp.param, part, ("rows", "step", i))
+            table = predictor.pass_table({i: step_passes[i]}, cp.bounds, cp.param, part,
+                                         ("rows", "step", i, i in cp.multi))
             if lv <= level:
                 self._decode_chunks(lv, data.codes.pop(lv), x, codes, miss)
                 predictor.decode_passes(x, codes, miss, shape, table)
@@ -803,7 +808,7 @@ class LossyReader:
             if lv == 0:
                 self._decode_chunks(0, data.codes.pop(0), x, codes, miss, w)
                 decode_origin(x, codes, cp.origin_bound, cp.origin_pred)
-                base_plan = part.plan_passes(None, part.base_steps - 1)
+                base_plan = cp.passes(None, part.base_steps - 1)
                 for predictor, steps in cp.runs(0, part.base_steps - 1):
                     run = base_plan if len(steps) == len(base_plan) else {i: base_plan[i] for i in steps}
                     table = predictor.pass_table(run, cp.bounds, cp.param, rows=w.rows(run))

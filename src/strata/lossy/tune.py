@@ -5,8 +5,8 @@ Like SZ3's tuner for its interpolation compressor (Liang et al., "SZ3", IEEE TBD
 Sec. V; Zhao et al., ICDE'21, Sec. V-C), each candidate setting is tried on a sample and
 the one with the smallest estimated size wins. The candidates are cubic or linear
 interpolation and, for each short axis, refining that axis first (a *flat* axis, for stacks
-of unlike 2D fields such as pressure levels); then, on the best of them, the reverse pass order
-and the level-wise bounds.
+of unlike 2D fields such as pressure levels); then, on the best of them, the reverse pass order,
+the level-wise bounds and, per step, multi-dimensional interpolation (HPEZ's).
 
 The trial runs the real, closed-loop passes: the coarse steps on the whole array (they hold
 about 1/64 of the points, but at high ratios much of the size), and the finest
@@ -28,7 +28,8 @@ from ..errors import InvalidInputError
 from .missing import NO_MISSING
 from .partition import Box, Partition, as_3d_shape
 from .plan import Plan, step_bounds
-from .predictors.interpolation import count_codes, count_points, encode_passes, geometry_rows
+from .predictors import INTERPOLATION, MULTIDIM, get
+from .predictors.interpolation import count_codes, count_points, geometry_rows
 from .predictors.origin import encode_origin
 from .quantize import HIST_CLIP, RADIUS, UNPREDICTABLE
 
@@ -42,6 +43,9 @@ class Settings:
         flat: axes refined to stride 1 first (stacks of unlike 2D fields).
         alpha8, beta8: level-wise bound factors times 8 (SZ3's alpha, beta; 8 = 1.0).
         cubic: cubic interpolation (True) or linear.
+        multi: bit mask of the refinement steps predicted by multi-dimensional interpolation
+            (:mod:`strata.lossy.predictors.multidim`; bit ``i``: step ``i`` of the partition);
+            the others dimension by dimension.
     """
 
     order: tuple[int, int, int] = (0, 1, 2)
@@ -49,15 +53,22 @@ class Settings:
     alpha8: int = 8
     beta8: int = 8
     cubic: bool = True
+    multi: int = 0
+
+    def predictors(self, n_steps: int) -> tuple[int, ...]:
+        """The predictor id of each of ``n_steps`` steps."""
+        return tuple(MULTIDIM if self.multi >> i & 1 else INTERPOLATION for i in range(n_steps))
 
 
 def make_plan(settings: Settings, shape: tuple[int, ...], dtype, eb: float, lattice=None,
               origin_pred: float = 0.0) -> Plan:
     """The compression plan (:class:`strata.lossy.plan.Plan`) of ``settings`` for an array of
     ``shape`` and ``dtype`` at coding bound ``eb``, on ``lattice`` (or None) with first-point
-    prediction ``origin_pred``: every step interpolated, cubic or linear as ``settings`` say."""
+    prediction ``origin_pred``: every step interpolated, dimension by dimension or
+    multi-dimensionally, cubic or linear, as ``settings`` say."""
+    n_steps = len(Partition.get(as_3d_shape(shape), settings.order, settings.flat).steps)
     return Plan.make(shape, dtype, eb, settings.order, settings.flat, settings.alpha8, settings.beta8,
-                     settings.cubic, lattice, origin_pred)
+                     settings.cubic, lattice, origin_pred, settings.predictors(n_steps))
 
 
 #: Level-wise bound factors ``(alpha8, beta8)`` tried after none, in this order while each
@@ -76,6 +87,13 @@ ORDERS = ((2, 1, 0),)
 #: family of the project's data held out (benchmarks/lofo_tuner_rules.py --rule pass-order): 15
 #: of the 17 choices without a family were this one.
 ORDER_MARGIN = 0.04
+#: Step predictors tried after dimension-by-dimension interpolation on every step of the best
+#: setting that refines several axes: multi-dimensional interpolation (HPEZ's) ...
+STEP_PREDICTORS = (MULTIDIM,)
+#: ... kept for a step when it shrinks that step's estimated size by this share at least. Both
+#: chosen with each family of the project's data held out (benchmarks/lofo_tuner_rules.py --rule
+#: step-predictors): 16 of the 17 choices without a family were this one.
+STEP_MARGIN = 0.02
 #: What :func:`choose` optimizes: ``"ratio"``, the estimated size at the bound (SZ3's tuner, QoZ's
 #: compression-ratio target), or ``"psnr"``, bits at equal PSNR (QoZ's rate-distortion target).
 OBJECTIVES = ("ratio", "psnr")
@@ -94,9 +112,16 @@ def check_objective(objective) -> str:
     if not isinstance(objective, str) or objective not in OBJECTIVES:
         raise InvalidInputError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     return objective
+
+
 #: Sampled fraction of the values (at least one box, at most ``MAX_BOXES``).
 SAMPLE_FRACTION = 0.01
 MAX_BOXES = 16
+#: Boxes the step predictors are chosen on at least (a sample of fewer is drawn again with
+#: this many): on one box, comb_density and comb_xmomentum (47,025 values) took
+#: multi-dimensional steps that cost 8-10 % more bytes at 1e-3, which four boxes saw; drawing
+#: every sample with four boxes misled the pass order of ns2d_vorticity instead (+10 %).
+STEP_MIN_BOXES = 4
 #: Box edge by number of axes longer than 1.
 EDGE = {0: 1, 1: 4096, 2: 48, 3: 12}
 #: Steps tried (the finest ones).
@@ -170,14 +195,15 @@ def _roughness(a3, m3, has_missing):
     return out
 
 
-def sample_boxes(shape3) -> list[Box] | None:
-    """Boxes spread evenly over the array (None: try the whole array)."""
+def sample_boxes(shape3, min_boxes: int = 1) -> list[Box] | None:
+    """Boxes spread evenly over the array, at least ``min_boxes`` where they fit (None: try the
+    whole array)."""
     size = math.prod(shape3)
     if size <= WHOLE_BELOW:
         return None
     nd = sum(n > 1 for n in shape3)
     edge = [min(n, EDGE[nd]) for n in shape3]
-    want = min(MAX_BOXES, max(1, round(SAMPLE_FRACTION * size / math.prod(edge))))
+    want = min(MAX_BOXES, max(min_boxes, round(SAMPLE_FRACTION * size / math.prod(edge))))
     counts = [1, 1, 1]
     while math.prod(counts) < want:
         room = [shape3[d] // edge[d] / counts[d] for d in range(3)]
@@ -216,22 +242,34 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     hist = np.zeros((n_steps, HIST_CLIP + 2), np.int64)
     if n_steps == 0:
         return 0.0, codes, hist
-    rows, counts, n_points, shape, level_points = _trial_geometry(part, plans, boxes)
-    table = (rows, np.repeat(np.array(bounds, np.float64), counts), np.full(rows.shape[0], settings.cubic),
-             n_points)
-    encode_passes(x, codes, flat, NO_MISSING if missing is None else missing, shape, table)
+    rows, counts, n_points, shape, level_points, counted = _trial_geometry(part, plans, boxes, settings.multi)
+    eb_rows = np.repeat(np.array(bounds, np.float64), counts)
+    cubic_rows = np.full(rows.shape[0], settings.cubic)
+    mask = NO_MISSING if missing is None else missing
+    if not settings.multi:
+        get(INTERPOLATION).encode_passes(x, codes, flat, mask, shape, (rows, eb_rows, cubic_rows, n_points))
+    else:  # each run of steps with one predictor, in order
+        ends = np.cumsum(counts)
+        for predictor, steps in Plan.runs_of(settings.predictors(n_steps), 0, n_steps - 1):
+            a, b = int(ends[steps.start] - counts[steps.start]), int(ends[steps.stop - 1])
+            predictor.encode_passes(x, codes, flat, mask, shape,
+                                    (rows[a:b], eb_rows[a:b], cubic_rows[a:b], count_points(rows[a:b])))
     sse = _NO_ERROR if sq_error is None else sq_error
     sse[:] = 0.0
-    count_codes(codes, flat, x, missing is not None, shape, rows, hist, sse)
+    count_codes(codes, flat, x, missing is not None, shape, counted, hist, sse)
     return _bits(hist, level_points, flat.dtype.itemsize * 8), codes, hist
 
 
-def _trial_geometry(part: Partition, plans, boxes):
+def _trial_geometry(part: Partition, plans, boxes, multi: int = 0):
     """What a trial's passes need that depends on the partition and the boxes only (cached):
     the geometry rows of every step (the coarse steps once, the finest ``TRIAL_STEPS`` of every
-    box), the passes per step, about the points they visit, the internal shape and the points
-    per step."""
-    key = ("trial geometry", boxes is None)
+    box), the passes per step, about the points they visit, the internal shape, the points per
+    step, and the rows whose points the estimate counts: those of the dimension-by-dimension
+    passes. Each sampled step's passes also write a margin around a box that the finer steps
+    read, wider for multi-dimensional steps; counting the same points for every candidate
+    weighs them on the same data (the margins add samples: counting the boxes alone misjudged
+    the pass order of small arrays by 10 %)."""
+    key = ("trial geometry", None if boxes is None else tuple(boxes), multi)
     if key not in part.cache:
         n_steps = len(part.steps)
         first = max(0, n_steps - TRIAL_STEPS)
@@ -239,16 +277,23 @@ def _trial_geometry(part: Partition, plans, boxes):
         merged = {i: [p for box_plan in (plans if i >= first else plans[:1]) for p in box_plan[i]]
                   for i in range(n_steps)}
         rows = geometry_rows(merged, part.shape)
+        counted = rows if not multi else _trial_geometry(part, _box_plans(part, boxes, 0), boxes)[0]
         part.cache[key] = (rows, np.array([len(merged[i]) for i in range(n_steps)]), count_points(rows),
-                           np.array(part.shape, np.int64), np.array(part.step_points, np.float64))
+                           np.array(part.shape, np.int64), np.array(part.step_points, np.float64), counted)
     return part.cache[key]
 
 
 @njit(nogil=True, cache=True)
 def _bits(hist, level_points, value_bits):
-    """Sum over steps of the order-0 entropy of the trial's codes (``hist[step]``: ``|q|``
-    clipped, unpredictable values last) scaled to the step's number of points."""
-    bits = 0.0
+    """Sum over steps of :func:`step_bits`."""
+    return step_bits(hist, level_points, value_bits).sum()
+
+
+@njit(nogil=True, cache=True)
+def step_bits(hist, level_points, value_bits):
+    """Per step (float64), the order-0 entropy of a trial's codes (``hist[step]``: ``|q|``
+    clipped, unpredictable values last) scaled to the step's number of points (``level_points``)."""
+    out = np.zeros(hist.shape[0])
     for i in range(hist.shape[0]):
         n = 0
         for v in hist[i]:
@@ -260,8 +305,8 @@ def _bits(hist, level_points, value_bits):
             c = hist[i, j]
             if c > 0:
                 h += c * np.log2(n / c)
-        bits += h * level_points[i] / n
-    return bits
+        out[i] = h * level_points[i] / n
+    return out
 
 
 @njit(nogil=True, cache=True)
@@ -308,13 +353,21 @@ def mean_sq_error(sq_error: np.ndarray, hist: np.ndarray, level_points) -> float
 def plan(shape3, settings, boxes):
     """Partition and per-box pass plans (finest ``TRIAL_STEPS`` steps) of a candidate."""
     part = Partition.get(tuple(shape3), settings.order, settings.flat)
-    key = ("trial plans", boxes is None)
+    return part, _box_plans(part, boxes, settings.multi)
+
+
+def _box_plans(part: Partition, boxes, multi: int):
+    """Per box (one plan for the whole array when ``boxes`` is None) the passes of every step
+    of ``part`` a trial runs: the coarse steps whole, the finest ``TRIAL_STEPS`` for the box;
+    the steps of the bit mask ``multi`` multi-dimensional (cached)."""
+    key = ("trial plans", None if boxes is None else tuple(boxes), multi)
     if key not in part.cache:
         last = len(part.steps) - 1
         first = max(0, last + 1 - TRIAL_STEPS)
-        coarse = part.plan_passes(None, first - 1) if first > 0 else {}
-        part.cache[key] = [{**coarse, **part.plan_passes(box, last, first)} for box in (boxes or [None])]
-    return part, part.cache[key]
+        steps = frozenset(i for i in range(last + 1) if multi >> i & 1)
+        coarse = part.plan_passes(None, first - 1, 0, steps) if first > 0 else {}
+        part.cache[key] = [{**coarse, **part.plan_passes(box, last, first, steps)} for box in (boxes or [None])]
+    return part.cache[key]
 
 
 #: The winning trial of :func:`choose` when the trials covered the whole array: its codes (int32,
@@ -357,7 +410,7 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
         if bits < (1 - ORDER_MARGIN) * first_bits and bits < best_bits:
             best, best_bits, best_trial = c, bits, trial
     if objective == "psnr":
-        best, best_trial = _rate_distortion(trials, best, best_trial)
+        best, best_bits, best_trial = _rate_distortion(trials, best)
     else:
         # level-wise bounds (QoZ): tried on the best interpolation, from the mildest on while
         # each one shrinks the estimate
@@ -367,16 +420,53 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
             if bits >= (1 - LEVEL_MARGIN) * best_bits:
                 break
             best, best_bits, best_trial = c, bits, trial
+    # the step predictors last: at the bounds chosen (tried before them, multi-dimensional steps
+    # that shrank the estimate by less than the level-wise bounds would then have shrunk it
+    # kept those from being taken: eraint_u at 1e-2 lost 15 %)
+    best, best_bits, best_trial = _step_predictors(trials, best, best_bits, best_trial)
     return best, (best_trial if trials.boxes is None else None)
+
+
+def _step_predictors(trials: _Trials, best: Settings, best_bits: float, best_trial):
+    """Multi-dimensional interpolation on the steps of ``best`` that refine several axes (HPEZ,
+    Liu et al., SIGMOD 2024, Sec. 4.2, chosen per level): a trial with every such step
+    multi-dimensional, each step kept multi-dimensional where its estimated size is smaller by
+    :data:`STEP_MARGIN` than ``best``'s (a step's codes depend on the coarser steps only
+    through their reconstructions, which both predictors keep within the bound); a mixed choice
+    is tried once more, and kept if the whole estimate shrinks; on a sample of at least
+    :data:`STEP_MIN_BOXES` boxes. Returns the best ``(settings, bits, trial)`` (bits and trial of
+    the sample it was chosen on)."""
+    part = plan(trials.shape3, best, trials.boxes)[0]
+    every = sum(1 << i for i, st in enumerate(part.steps) if sum(st.refined) > 1)
+    if not every or MULTIDIM not in STEP_PREDICTORS:
+        return best, best_bits, best_trial
+    if trials.boxes is not None and len(trials.boxes) < STEP_MIN_BOXES:
+        # (the same memory, another sample: the trials write all they read)
+        trials = _Trials(trials.flat, trials.shape3, trials.eb, trials.origin_pred, trials.missing, trials.work,
+                         trials.codes, sample_boxes(trials.shape3, STEP_MIN_BOXES))
+        best_bits, best_trial = trials.run(best)
+    c = replace(best, multi=every)
+    bits, trial = trials.run(c)
+    value_bits = trials.flat.dtype.itemsize * 8
+    points = np.array(part.step_points, np.float64)
+    mine, theirs = step_bits(trial.hist, points, value_bits), step_bits(best_trial.hist, points, value_bits)
+    keep = sum(1 << i for i in range(len(part.steps))
+               if every >> i & 1 and mine[i] < (1 - STEP_MARGIN) * theirs[i])
+    if keep and keep != every:
+        c = replace(best, multi=keep)
+        bits, trial = trials.run(c)
+    if keep and bits < best_bits:
+        return c, bits, trial
+    return best, best_bits, best_trial
 
 
 class _Trials:
     """Runs trials of candidate settings on the sample of one array (:func:`estimate_bits`),
     sharing their plans and working memory (see :func:`choose`)."""
 
-    def __init__(self, flat, shape3, eb, origin_pred, missing, work, codes):
+    def __init__(self, flat, shape3, eb, origin_pred, missing, work, codes, boxes=()):
         self.flat, self.shape3, self.eb, self.origin_pred, self.missing = flat, shape3, eb, origin_pred, missing
-        self.boxes = sample_boxes(shape3)
+        self.boxes = sample_boxes(shape3) if boxes == () else boxes
         self.plans, self.works = {}, {}
         # sampled trials return no codes: they share one array (memory touched once, not per trial)
         self.codes = None
@@ -391,7 +481,7 @@ class _Trials:
     def run(self, settings: Settings, eb: float | None = None, sq_error: np.ndarray | None = None):
         """``(estimated bits, Trial)`` of ``settings`` at bound ``eb`` (default: the array's);
         ``sq_error`` as in :func:`estimate_bits`."""
-        key = (settings.order, settings.flat)
+        key = (settings.order, settings.flat, settings.multi)
         if key not in self.plans:
             self.plans[key] = plan(self.shape3, settings, self.boxes)
             self.works[key] = self.flat.copy() if self.missing is not None else self.work
@@ -411,14 +501,15 @@ class _Trials:
         return bits, (math.inf if mse == 0 else -10 * math.log10(mse)), trial
 
 
-def _rate_distortion(trials: _Trials, best: Settings, best_trial):
+def _rate_distortion(trials: _Trials, best: Settings):
     """The level-wise bounds of :data:`PSNR_FACTORS` on ``best``'s interpolation, chosen by bits
     at equal PSNR as QoZ's rate-distortion tuning does (Liu et al., SC'22, Sec. IV-C): a
     candidate with fewer bits and a higher PSNR than the best so far wins, one with more bits
     and a lower PSNR loses; otherwise a second trial at the bound scaled by the ratio of their
     bits gives the candidate's local rate-distortion line, and it wins if that line passes
     above the best one's PSNR at the best one's bits. Candidates whose step bounds equal one
-    tried already are skipped. (``best`` is tried again, for its squared error.)"""
+    tried already are skipped. (``best`` is tried again, for its squared error.) Returns the
+    best ``(settings, bits, trial)``."""
     best_bits, best_psnr, best_trial = trials.rate_and_psnr(best)
     seen = {_bounds_of(trials, best)}
     for alpha8, beta8 in PSNR_FACTORS:
@@ -441,7 +532,7 @@ def _rate_distortion(trials: _Trials, best: Settings, best_trial):
                 wins = psnr + slope * (best_bits - bits) > best_psnr
         if wins:
             best, best_bits, best_psnr, best_trial = c, bits, psnr, trial
-    return best, best_trial
+    return best, best_bits, best_trial
 
 
 def _bounds_of(trials: _Trials, settings: Settings) -> tuple[float, ...]:

@@ -10,8 +10,13 @@ parameter of that predictor; encoder, reader and tuner find the module by that i
 ==================  ====  ===============================================================
 module              id    parameter of a step
 ==================  ====  ===============================================================
-interpolation.py    0     1: cubic interpolation, 0: linear (SZ3's spline interpolation)
+interpolation.py    0     1: cubic interpolation, 0: linear (SZ3's spline interpolation,
+                          dimension by dimension)
+multidim.py         1     1: cubic, 0: linear (HPEZ's multi-dimensional interpolation)
 ==================  ====  ===============================================================
+
+A predictor's ``GROUPS`` says which passes its steps have: false, one per refined axis;
+true, one per group of refined axes (:meth:`strata.lossy.partition.Partition.passes`).
 
 :mod:`~strata.lossy.predictors.origin` codes the first point (the one-point starting grid of
 every hierarchy) against the plan's first-point prediction, and
@@ -19,17 +24,20 @@ every hierarchy) against the plan's first-point prediction, and
 the data lie on a lattice (the plan's ``lattice``): it is no step predictor and has no id.
 
 A new predictor is one new module with the functions of :class:`Predictor` and one new id in
-:data:`PREDICTORS` (and, for the stream, a header field that stores the ids of the steps).
+:data:`PREDICTORS` (the stream's header stores the id of every step:
+:class:`strata.lossy.header.LossyHeader`).
 """
 from __future__ import annotations
 
 from typing import Protocol
 
 from ...errors import CorruptStreamError
-from . import interpolation
+from . import interpolation, multidim
 
 #: Id of SZ3's interpolation (:mod:`strata.lossy.predictors.interpolation`).
 INTERPOLATION = 0
+#: Id of HPEZ's multi-dimensional interpolation (:mod:`strata.lossy.predictors.multidim`).
+MULTIDIM = 1
 
 
 class Predictor(Protocol):
@@ -43,6 +51,9 @@ class Predictor(Protocol):
     region read's window (:meth:`strata.lossy.window.Window.rows`). ``geo`` places the arrays in the whole grid
     (a region read's window, :class:`strata.lossy.window.Window`; None: the whole array).
     """
+
+    #: Whether its steps' passes are groups of axes (multi-dimensional) or one per axis.
+    GROUPS: bool
 
     def pass_table(self, passes, bounds, param, part=None, key=None, rows=None): ...
 
@@ -60,7 +71,7 @@ class Predictor(Protocol):
 
 
 #: Predictor module of each id.
-PREDICTORS: dict[int, Predictor] = {INTERPOLATION: interpolation}
+PREDICTORS: dict[int, Predictor] = {INTERPOLATION: interpolation, MULTIDIM: multidim}
 
 
 def get(predictor_id: int) -> Predictor:
@@ -75,4 +86,4 @@ def get(predictor_id: int) -> Predictor:
         raise CorruptStreamError(f"unknown predictor {predictor_id}") from None
 
 
-__all__ = ["INTERPOLATION", "PREDICTORS", "Predictor", "get"]
+__all__ = ["INTERPOLATION", "MULTIDIM", "PREDICTORS", "Predictor", "get"]

@@ -48,6 +48,8 @@ from ..quantize import (
     select,
 )
 
+#: Its steps have one pass per refined axis (:data:`strata.lossy.predictors.Predictor.GROUPS`).
+GROUPS = False
 #: Points per parallel work item along the fastest axis.
 _BLOCK = 2048
 #: Passes with fewer points run on one thread (a parallel launch costs microseconds).
@@ -201,8 +203,9 @@ _Rows = namedtuple("_Rows",
 def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
     """Run the passes of ``table`` in order. mode 0: encode, 1: decode, 2: preview.
 
-    ``table[p]`` = ``axis, stride, start0..2, step0..2, lo0..2, hi0..2, step id, by_slab``
-    of pass ``p``, in the coordinates of the arrays (of internal shape ``shape``);
+    ``table[p]`` = ``axis, stride, start0..2, step0..2, lo0..2, hi0..2, step id, by_slab,
+    axes`` of pass ``p`` (``axes``: the bit mask of the axes it predicts along), in the
+    coordinates of the arrays (of internal shape ``shape``);
     ``bounds[p]`` its error bound and ``cubic[p]`` its interpolation. ``geo`` (int64, 6)
     places the arrays in the whole grid, for the edge rules: per axis the grid index of their
     first point, then the whole grid's size (``0, 0, 0, shape`` for whole arrays; a window of
@@ -558,8 +561,9 @@ def geometry_rows(plan, shape):
         by_slab = 0
         if ax_s is not None and (ax_s not in axes or axes[0] == ax_s):
             by_slab = 1 if len(axes) == len(set(axes)) else 2
-        out += [(p.axis, p.stride, *p.starts, *p.steps, *p.box.lo, *p.box.hi, i, by_slab) for p in plan[i]]
-    return np.array(out, dtype=np.int64).reshape(-1, 16)
+        out += [(p.axis, p.stride, *p.starts, *p.steps, *p.box.lo, *p.box.hi, i, by_slab, p.axes or 1 << p.axis)
+                for p in plan[i]]
+    return np.array(out, dtype=np.int64).reshape(-1, 17)
 
 
 _NO_CODES = np.empty(1, np.int32)

@@ -92,7 +92,7 @@ ORDER_MARGIN = 0.04
 STEP_PREDICTORS = (MULTIDIM,)
 #: ... kept for a step when it shrinks that step's estimated size by this share at least. Both
 #: chosen with each family of the project's data held out (benchmarks/lofo_tuner_rules.py --rule
-#: step-predictors): 16 of the 17 choices without a family were this one.
+#: step-predictors): all 17 choices without a family were this one.
 STEP_MARGIN = 0.02
 #: What :func:`choose` optimizes: ``"ratio"``, the estimated size at the bound (SZ3's tuner, QoZ's
 #: compression-ratio target), or ``"psnr"``, bits at equal PSNR (QoZ's rate-distortion target).
@@ -432,10 +432,9 @@ def _step_predictors(trials: _Trials, best: Settings, best_bits: float, best_tri
     Liu et al., SIGMOD 2024, Sec. 4.2, chosen per level): a trial with every such step
     multi-dimensional, each step kept multi-dimensional where its estimated size is smaller by
     :data:`STEP_MARGIN` than ``best``'s (a step's codes depend on the coarser steps only
-    through their reconstructions, which both predictors keep within the bound); a mixed choice
-    is tried once more, and kept if the whole estimate shrinks; on a sample of at least
-    :data:`STEP_MIN_BOXES` boxes. Returns the best ``(settings, bits, trial)`` (bits and trial of
-    the sample it was chosen on)."""
+    through their reconstructions, which both predictors keep within the bound); on a sample of
+    at least :data:`STEP_MIN_BOXES` boxes. Returns the best ``(settings, bits, trial)`` (bits of
+    the sample it was chosen on; the trial None for a mixed choice, which no trial ran)."""
     part = plan(trials.shape3, best, trials.boxes)[0]
     every = sum(1 << i for i, st in enumerate(part.steps) if sum(st.refined) > 1)
     if not every or MULTIDIM not in STEP_PREDICTORS:
@@ -452,12 +451,13 @@ def _step_predictors(trials: _Trials, best: Settings, best_bits: float, best_tri
     mine, theirs = step_bits(trial.hist, points, value_bits), step_bits(best_trial.hist, points, value_bits)
     keep = sum(1 << i for i in range(len(part.steps))
                if every >> i & 1 and mine[i] < (1 - STEP_MARGIN) * theirs[i])
-    if keep and keep != every:
-        c = replace(best, multi=keep)
-        bits, trial = trials.run(c)
-    if keep and bits < best_bits:
+    if not keep:
+        return best, best_bits, best_trial
+    if keep == every:
         return c, bits, trial
-    return best, best_bits, best_trial
+    # a mixed choice, not tried again (a trial is serial work: at 16 threads the tuner's
+    # trials are most of a compression); its bits are the chosen steps' estimates
+    return replace(best, multi=keep), float(np.where([keep >> i & 1 for i in range(len(mine))], mine, theirs).sum()), None
 
 
 class _Trials:

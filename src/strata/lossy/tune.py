@@ -457,7 +457,8 @@ def _step_predictors(trials: _Trials, best: Settings, best_bits: float, best_tri
         return c, bits, trial
     # a mixed choice, not tried again (a trial is serial work: at 16 threads the tuner's
     # trials are most of a compression); its bits are the chosen steps' estimates
-    return replace(best, multi=keep), float(np.where([keep >> i & 1 for i in range(len(mine))], mine, theirs).sum()), None
+    chosen = np.array([keep >> i & 1 for i in range(len(mine))], bool)
+    return replace(best, multi=keep), float(np.where(chosen, mine, theirs).sum()), None
 
 
 class _Trials:

@@ -407,7 +407,7 @@ def _row(mode, x, codes, orig, missing, bx, bc, g, i0, i1, k0, k1):
         if rule == _CUBIC:
             _cubic_lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, g.d1, g.eb, g.inv_bin, g.bin_width)
         else:
-            _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, g.d1, False, g.eb, g.inv_bin, g.bin_width)
+            _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, g.d1, False, g.eb, g.inv_bin, g.bin_width, 0, 0, 0)
 
 
 @njit(inline="always")
@@ -431,9 +431,12 @@ def _scalar(mode, x, codes, orig, missing, g, row, i0, i1, k0, k1, rule):
 
 
 @njit(nogil=True, _nrt=False)
-def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_bin, bin_width):
+def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_bin, bin_width, n_axes, d2, d3):
     """Cubic (or linear) points ``start + k * st2`` (``st2`` a power of 2, neighbours ``d1``
-    apart) over the ``lanes`` (at least ``_VECTOR``) contiguous memory indices from ``start``,
+    apart; with ``n_axes`` 1, 2 or 3, the cubic mean along that many axes of neighbours ``d1``,
+    ``d2``, ``d3`` apart, a group of :mod:`strata.lossy.predictors.multidim`; ``n_axes`` is a
+    literal of each caller, 0 here) over the ``lanes`` (at least ``_VECTOR``) contiguous memory
+    indices from ``start``,
     in chunks of at most ``_CHUNK``: each lane predicted and quantized (or dequantized) without
     a branch into the scratch ``bx`` (``bc``: codes), a lane between two points keeping its
     value, then copied back. The same operations as point by point, so the same bits; the lanes
@@ -441,7 +444,7 @@ def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_b
     only what the points' loads read. The last ``_VECTOR`` lanes of a chunk run as one vector,
     again where they overlap the others, instead of a scalar remainder. Decoding with the cubic
     rule runs it inlined into the row (:func:`_cubic_lanes`)."""
-    u1 = np.uint64(d1)
+    u1, u2, u3 = np.uint64(d1), np.uint64(d2), np.uint64(d3)
     n_chunks = (lanes + _CHUNK - 1) // _CHUNK
     for c in range(n_chunks):
         c0 = c * lanes // n_chunks if n_chunks > 1 else 0
@@ -449,10 +452,12 @@ def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_b
         base = np.uint64(start + c0)
         first = np.uint64(c0)
         for t in range(n & ~np.uint64(_VECTOR - 1)):
-            _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u1, cubic, eb, inv_bin, bin_width)
+            _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, (u1, u2, u3), n_axes, cubic, eb, inv_bin,
+                  bin_width)
         tail = n - np.uint64(_VECTOR)
         for v in range(np.uint64(_VECTOR)):
-            _lane(mode, x, codes, orig, bx, bc, base, first, tail + v, st2, u1, cubic, eb, inv_bin, bin_width)
+            _lane(mode, x, codes, orig, bx, bc, base, first, tail + v, st2, (u1, u2, u3), n_axes, cubic, eb, inv_bin,
+                  bin_width)
         for t in range(n):
             x[base + t] = bx[t]
         if mode == 0:
@@ -478,20 +483,29 @@ def _cubic_lanes_compiled(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, e
     lanes_fn = _lanes_inlined if isinstance(mode, types.IntegerLiteral) and mode.literal_value == 1 else _lanes
 
     def impl(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, eb, inv_bin, bin_width):
-        lanes_fn(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, True, eb, inv_bin, bin_width)
+        lanes_fn(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, True, eb, inv_bin, bin_width, 0, 0, 0)
 
     return impl
 
 
 @njit(inline="always")
-def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u1, cubic, eb, inv_bin, bin_width):
+def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u, n_axes, cubic, eb, inv_bin, bin_width):
     """Lane ``t`` of a chunk of :func:`_lanes` (memory index ``base + t``, lane ``first + t`` of
-    the span: a point where that is a multiple of ``st2``) into ``bx[t]`` (and ``bc[t]``)."""
+    the span: a point where that is a multiple of ``st2``) into ``bx[t]`` (and ``bc[t]``);
+    ``u``: the neighbours' distances, ``n_axes`` as in :func:`_lanes`."""
     j = base + t
-    if cubic:
-        pred = _cubic(x, j, u1, np.uint64(3) * u1)
+    if n_axes > 0:
+        # a group's mean, summed from +0.0 by increasing axis as multidim's points are
+        total = 0.0 + _cubic(x, j, u[0], np.uint64(3) * u[0])
+        if n_axes > 1:
+            total += _cubic(x, j, u[1], np.uint64(3) * u[1])
+        if n_axes > 2:
+            total += _cubic(x, j, u[2], np.uint64(3) * u[2])
+        pred = total / n_axes
+    elif cubic:
+        pred = _cubic(x, j, u[0], np.uint64(3) * u[0])
     else:
-        pred = 0.5 * (np.float64(x[j - u1]) + np.float64(x[j + u1]))
+        pred = 0.5 * (np.float64(x[j - u[0]]) + np.float64(x[j + u[0]]))
     keep = ((first + t) & np.uint64(st2 - 1)) != 0
     if mode == 0:
         rec, code = quantize_lane(x, orig[j], pred, eb, inv_bin, bin_width)

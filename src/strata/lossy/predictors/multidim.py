@@ -29,9 +29,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..._numba import pick, serial_variant
-from ..quantize import UNPREDICTABLE, code_radius, quantize_lane, select
 from .interpolation import (
-    _CHUNK,
     _CUBIC,
     _EXTRAP_LINEAR,
     _EXTRAP_QUAD,
@@ -42,9 +40,9 @@ from .interpolation import (
     _VECTOR,
     _apply,
     _count,
-    _cubic,
     _first,
     _geo,
+    _lanes,
     _masked_rule,
     _point,
     _rule,
@@ -151,77 +149,26 @@ _NONE = -1
 
 @njit(inline="always")
 def _lanes_literal(mode, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
-    """:func:`_group_lanes` of the cubic rule with ``mode`` (0 or 1) and ``n_axes`` as literals: one
-    compiled loop each, without a branch per lane (with either a variable the loop did not
-    vectorize: era5_t2m's finest step decoded 2-3 times slower). (Six loops: each compiles in
-    seconds; the linear rule and previews keep the point-by-point loop.)"""
+    """:func:`strata.lossy.predictors.interpolation._lanes` of a group of ``n_axes`` axes (cubic
+    rule, neighbours ``d[0..n_axes)`` apart along them, in increasing axis order: each lane
+    predicted with :func:`_predict_point`'s operations, so the same bits; the lanes between
+    points belong to other groups or coarser steps, which no thread writes meanwhile), with
+    ``mode`` (0 or 1) and ``n_axes`` as literals: one compiled loop each, without a branch per
+    lane (with either a variable the loop did not vectorize: era5_t2m's finest step decoded 2-3
+    times slower). (Six loops: each compiles in seconds; the linear rule and previews keep the
+    point-by-point loop.)"""
     if mode == 0 and n_axes == 1:
-        _group_lanes(0, 1, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+        _lanes(0, x, codes, orig, bx, bc, start, lanes, st2, d[0], True, eb, inv_bin, bin_width, 1, d[1], d[2])
     elif mode == 0 and n_axes == 2:
-        _group_lanes(0, 2, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+        _lanes(0, x, codes, orig, bx, bc, start, lanes, st2, d[0], True, eb, inv_bin, bin_width, 2, d[1], d[2])
     elif mode == 0 and n_axes == 3:
-        _group_lanes(0, 3, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+        _lanes(0, x, codes, orig, bx, bc, start, lanes, st2, d[0], True, eb, inv_bin, bin_width, 3, d[1], d[2])
     elif mode == 1 and n_axes == 1:
-        _group_lanes(1, 1, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+        _lanes(1, x, codes, orig, bx, bc, start, lanes, st2, d[0], True, eb, inv_bin, bin_width, 1, d[1], d[2])
     elif mode == 1 and n_axes == 2:
-        _group_lanes(1, 2, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+        _lanes(1, x, codes, orig, bx, bc, start, lanes, st2, d[0], True, eb, inv_bin, bin_width, 2, d[1], d[2])
     elif mode == 1 and n_axes == 3:
-        _group_lanes(1, 3, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
-
-
-@njit(nogil=True, _nrt=False)
-def _group_lanes(mode, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
-    """The points ``start + k * st2`` of a row of a group of ``n_axes`` axes (neighbours ``d[0..n_axes)``
-    apart along them, in increasing axis order), every one with the cubic rule, over the
-    ``lanes`` (at least ``_VECTOR``) contiguous memory indices from ``start`` in chunks of at
-    most ``_CHUNK``: as
-    :func:`strata.lossy.predictors.interpolation._lanes` does for one axis (each lane predicted
-    and quantized or dequantized without a branch into the scratch ``bx``/``bc``, a lane between
-    two points keeping its value, then copied back), with :func:`_predict_point`'s operations, so
-    the same bits. The lanes between points belong to other groups or coarser steps, which no
-    thread writes meanwhile."""
-    n_chunks = (lanes + _CHUNK - 1) // _CHUNK
-    for c in range(n_chunks):
-        c0 = c * lanes // n_chunks if n_chunks > 1 else 0
-        n = np.uint64((c + 1) * lanes // n_chunks - c0 if n_chunks > 1 else lanes)  # (at least _VECTOR)
-        base = np.uint64(start + c0)
-        first = np.uint64(c0)
-        for t in range(n & ~np.uint64(_VECTOR - 1)):
-            _group_lane(mode, x, codes, orig, bx, bc, base, first, t, st2, n_axes, d, eb, inv_bin, bin_width)
-        tail = n - np.uint64(_VECTOR)
-        for v in range(np.uint64(_VECTOR)):
-            _group_lane(mode, x, codes, orig, bx, bc, base, first, tail + v, st2, n_axes, d, eb, inv_bin, bin_width)
-        for t in range(n):
-            x[base + t] = bx[t]
-        if mode == 0:
-            for t in range(n):
-                codes[base + t] = bc[t]
-
-
-@njit(inline="always")
-def _group_lane(mode, x, codes, orig, bx, bc, base, first, t, st2, n_axes, d, eb, inv_bin, bin_width):
-    """Lane ``t`` of a chunk of :func:`_group_lanes` (memory index ``base + t``, lane ``first + t``
-    of the span: a point where that is a multiple of ``st2``) into ``bx[t]`` (and ``bc[t]``)."""
-    j = base + t
-    # every axis computed (an axis outside ``axes`` at distance 0), the others' added as +0.0:
-    # the sums start at +0.0, so adding +0.0 changes no bit of them
-    two_sided = 0.0 + _cubic(x, j, d[0], np.uint64(3) * d[0])
-    if n_axes > 1:
-        two_sided += _cubic(x, j, d[1], np.uint64(3) * d[1])
-        if n_axes > 2:
-            two_sided += _cubic(x, j, d[2], np.uint64(3) * d[2])
-    pred = two_sided / n_axes
-    keep = ((first + t) & np.uint64(st2 - 1)) != 0
-    if mode == 0:
-        rec, code = quantize_lane(x, orig[j], pred, eb, inv_bin, bin_width)
-        bx[t] = select(keep, x[j], rec)
-        bc[t] = select(keep, np.int32(codes[j]), code)
-    elif mode == 1:
-        c = codes[j]
-        q = np.float64(np.int64(c) - code_radius(codes))
-        bx[t] = select(keep | (c == UNPREDICTABLE), x[j], x.dtype.type(pred + q * bin_width))
-    else:
-        bx[t] = select(keep, x[j], x.dtype.type(pred))
+        _lanes(1, x, codes, orig, bx, bc, start, lanes, st2, d[0], True, eb, inv_bin, bin_width, 3, d[1], d[2])
 
 
 @njit(inline="always")
@@ -237,26 +184,23 @@ def _predict_point(mode, x, codes, orig, idx, r0, r1, r2, d, eb, inv_bin, bin_wi
     """Predict (and quantize, dequantize or fill) point ``idx`` along the axes whose rule is not
     ``_NONE``: the mean of the two-sided rules' predictions, or of all when none is two-sided,
     summed by increasing axis."""
-    two_sided, n_two, one_sided, n_one = 0.0, 0, 0.0, 0
-    if r0 != _NONE:
-        v = _apply(x, idx, d[0], r0)
-        if r0 <= _LINEAR:  # cubic, quadratic or linear: neighbours on both sides
-            two_sided, n_two = two_sided + v, n_two + 1
-        else:
-            one_sided, n_one = one_sided + v, n_one + 1
-    if r1 != _NONE:
-        v = _apply(x, idx, d[1], r1)
-        if r1 <= _LINEAR:
-            two_sided, n_two = two_sided + v, n_two + 1
-        else:
-            one_sided, n_one = one_sided + v, n_one + 1
-    if r2 != _NONE:
-        v = _apply(x, idx, d[2], r2)
-        if r2 <= _LINEAR:
-            two_sided, n_two = two_sided + v, n_two + 1
-        else:
-            one_sided, n_one = one_sided + v, n_one + 1
+    sums = _add_rule(x, idx, d[0], r0, (0.0, 0, 0.0, 0))
+    sums = _add_rule(x, idx, d[1], r1, sums)
+    two_sided, n_two, one_sided, n_one = _add_rule(x, idx, d[2], r2, sums)
     _point(mode, x, codes, orig, idx, two_sided / n_two if n_two else one_sided / n_one, eb, inv_bin, bin_width)
+
+
+@njit(inline="always")
+def _add_rule(x, idx, d1, rule, sums):
+    """``sums = (two-sided sum, count, one-sided sum, count)`` with the prediction of ``x[idx]``
+    by ``rule`` along an axis of neighbours ``d1`` apart added (none for ``_NONE``)."""
+    two_sided, n_two, one_sided, n_one = sums
+    if rule == _NONE:
+        return sums
+    v = _apply(x, idx, d1, rule)
+    if rule <= _LINEAR:  # cubic, quadratic or linear: neighbours on both sides
+        return two_sided + v, n_two + 1, one_sided, n_one
+    return two_sided, n_two, one_sided + v, n_one + 1
 
 
 _sweep_serial = serial_variant(_sweep)

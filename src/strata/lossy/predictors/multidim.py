@@ -36,7 +36,7 @@ from .interpolation import (
     _LINEAR,
     _MAX_LANE_STEP,
     _NO_CODES,
-    _PARTS,
+    _SLAB_POINTS,
     _VECTOR,
     _apply,
     _count,
@@ -58,40 +58,67 @@ GROUPS = True
 @njit(parallel=True, nogil=True, cache=True)
 def _sweep(mode, x, codes, orig, missing, shape, rows, bounds, cubic, geo):
     """Run the groups of ``rows`` (:func:`strata.lossy.predictors.interpolation.geometry_rows`:
-    ``axes``, column 16, is the group's bit mask of axes) in order, each one's rows in
-    parallel. mode 0: encode, 1: decode, 2: preview; ``bounds[p]``, ``cubic[p]``: the bound and
-    interpolation of group ``p``; ``geo``: where the arrays lie in the whole grid (``origin0..2,
-    grid0..2``)."""
+    ``axes``, column 16, is the group's bit mask of axes) step by step. mode 0: encode, 1:
+    decode, 2: preview; ``bounds[p]``, ``cubic[p]``: the bound and interpolation of group
+    ``p``; ``geo``: where the arrays lie in the whole grid (``origin0..2, grid0..2``).
+
+    A step runs in two phases, slab by slab along the slab axis (the first of axes 0 and 1
+    longer than 1), slabs in parallel, each slab doing all its groups of the phase in order
+    while it is in cache: first the groups without the slab axis (they read along their own
+    axes only, within their slab), then those with it (they read along the slab axis only what
+    the first phase wrote, along their other axes within their slab). Group by group over the
+    whole array, a 3-D step swept memory seven times: at two threads decoding took 1.6 times as
+    long on ns3d192 at 1e-2."""
     n1, n2 = shape[1], shape[2]
-    for p in range(rows.shape[0]):
-        f0 = _first(rows[p, 2], rows[p, 5], rows[p, 8])
-        f1 = _first(rows[p, 3], rows[p, 6], rows[p, 9])
-        f2 = _first(rows[p, 4], rows[p, 7], rows[p, 10])
-        c0, c1 = _count(f0, rows[p, 5], rows[p, 11]), _count(f1, rows[p, 6], rows[p, 12])
-        c2 = _count(f2, rows[p, 7], rows[p, 13])
-        eb = bounds[p]
-        line = (rows[p, 16], rows[p, 1], cubic[p], eb, 0.5 / eb if eb > 0 else 0.0, 2.0 * eb)
-        grid = (f0, f1, f2, rows[p, 5], rows[p, 6], rows[p, 7], c1, c2)
-        n_rows = c0 * c1
-        parts = min(n_rows, _PARTS)
-        for t in prange(parts):  # (a few parts per thread)
-            bx, bc = _scratch(mode, x)
-            _rows(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, grid,
-                  t * n_rows // parts, (t + 1) * n_rows // parts)
+    ax_s = 1 if shape[0] == 1 and n1 > 1 else 0
+    per_index = n1 * n2 if ax_s == 0 else n2
+    n = rows.shape[0]
+    p0 = 0
+    while p0 < n:
+        p1 = p0 + 1
+        while p1 < n and rows[p1, 14] == rows[p0, 14]:
+            p1 += 1
+        for phase in range(2):
+            lo, hi, q = shape[ax_s], 0, 1
+            for p in range(p0, p1):
+                if (rows[p, 16] >> ax_s) & 1 == phase:
+                    lo = min(lo, rows[p, 8 + ax_s])
+                    hi = max(hi, rows[p, 11 + ax_s])
+                    q = rows[p, 5 + ax_s]
+            if hi <= lo:
+                continue
+            width = q * max(1, _SLAB_POINTS // (per_index // q + 1))
+            for u in prange((hi - lo + width - 1) // width):
+                a = lo + u * width
+                bx, bc = _scratch(mode, x)
+                for p in range(p0, p1):
+                    if (rows[p, 16] >> ax_s) & 1 == phase:
+                        _slab(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, rows, bounds, cubic, p, ax_s, a,
+                              a + width)
+        p0 = p1
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _rows(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, grid, r_lo, r_hi):
-    """Rows ``r_lo .. r_hi`` of a group (``grid = (f0, f1, f2, steps0, steps1, st2, c1, c2)``: row
-    ``r`` is ``i0 = f0 + (r // c1) * steps0``, ``i1 = f1 + (r % c1) * steps1``, its ``c2``
-    points ``st2`` apart from ``f2``; ``bx``, ``bc``: scratch arrays, ``interpolation._scratch``).
-    A function of its own, compiled without reference counting (it allocates nothing): inlined
+def _slab(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, rows, bounds, cubic, p, ax_s, a, b):
+    """The points of group ``p`` whose index along axis ``ax_s`` is in ``[a, b)``, row by row
+    (the fastest axis inside; ``bx``, ``bc``: scratch arrays, ``interpolation._scratch``). A
+    function of its own, compiled without reference counting (it allocates nothing): inlined
     into :func:`_sweep`'s serial variant, each point's array reference counts made it 20 times
     slower than the parallel variant on one thread."""
-    f0, f1, f2, steps0, steps1, st2, c1, c2 = grid
-    for r in range(r_lo, r_hi):
-        _line(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, f0 + (r // c1) * steps0,
-              f1 + (r % c1) * steps1, f2, st2, c2)
+    lo0, hi0, lo1, hi1 = rows[p, 8], rows[p, 11], rows[p, 9], rows[p, 12]
+    if ax_s == 0:
+        lo0, hi0 = max(lo0, a), min(hi0, b)
+    else:
+        lo1, hi1 = max(lo1, a), min(hi1, b)
+    f0, f1 = _first(rows[p, 2], rows[p, 5], lo0), _first(rows[p, 3], rows[p, 6], lo1)
+    f2 = _first(rows[p, 4], rows[p, 7], rows[p, 10])
+    c0, c1, c2 = _count(f0, rows[p, 5], hi0), _count(f1, rows[p, 6], hi1), _count(f2, rows[p, 7], rows[p, 13])
+    eb = bounds[p]
+    line = (rows[p, 16], rows[p, 1], cubic[p], eb, 0.5 / eb if eb > 0 else 0.0, 2.0 * eb)
+    for r0 in range(c0):
+        for r1 in range(c1):
+            _line(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, f0 + r0 * rows[p, 5], f1 + r1 * rows[p, 6],
+                  f2, rows[p, 7], c2)
 
 
 @njit(inline="always")

@@ -60,6 +60,8 @@ def table(files: list[Path], out: Path) -> None:
             if p[0] not in labels:
                 labels.append(p[0])
             rows.setdefault((p[1], int(p[3])), {})[p[0]] = (float(p[6]), float(p[9]), int(p[11]))
+    if not labels:
+        raise SystemExit(f"no timing lines in {', '.join(map(str, files))} (a run that timed out while compiling?)")
     head = labels[0]
     lines = ["| field | threads | " + " | ".join(f"{lb} compress" for lb in labels) + " | "
              + " | ".join(f"{lb} decompress" for lb in labels) + " | bytes " + " / ".join(labels) + " |",

@@ -226,9 +226,7 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
     n = table.shape[0]
     p0 = 0
     while p0 < n:
-        p1 = p0 + 1
-        while p1 < n and table[p1, 14] == table[p0, 14]:
-            p1 += 1
+        p1 = step_end(table, p0)
         if table[p0, 15]:
             # slabs: multiples of the step's fine stride along ax_s, a few indices each
             q = table[p0, 1] if table[p0, 0] == ax_s else table[p0, 5 + ax_s]
@@ -238,7 +236,7 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
                 lo = min(lo, table[p, 8 + ax_s])
                 hi = max(hi, table[p, 11 + ax_s])
             lo = (lo // q) * q
-            width = q * max(1, _SLAB_POINTS // (per_index // q + 1))
+            width = slab_width(q, per_index)
             n_slabs = (hi - lo + width - 1) // width
             for u in prange(n_slabs):
                 a = lo + u * width
@@ -265,6 +263,23 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
                         _run(mode, x, codes, orig, missing, bx, bc, passes,
                              (ax_s, 0, shape[ax_s], p, p + 1, t, parts))
         p0 = p1
+
+
+@njit(inline="always")
+def step_end(table, p0):
+    """The first row of ``table`` after ``p0`` of another step (column 14): the passes of one
+    step are rows ``p0 .. step_end(table, p0)``."""
+    p1 = p0 + 1
+    while p1 < table.shape[0] and table[p1, 14] == table[p0, 14]:
+        p1 += 1
+    return p1
+
+
+@njit(inline="always")
+def slab_width(q, per_index):
+    """Indices along the slab axis of a slab of a step at stride ``q`` on that axis
+    (``per_index`` array elements an index): about ``_SLAB_POINTS`` points, a multiple of ``q``."""
+    return q * max(1, _SLAB_POINTS // (per_index // q + 1))
 
 
 @njit(inline="always")

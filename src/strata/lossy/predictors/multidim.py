@@ -36,7 +36,6 @@ from .interpolation import (
     _LINEAR,
     _MAX_LANE_STEP,
     _NO_CODES,
-    _SLAB_POINTS,
     _VECTOR,
     _apply,
     _count,
@@ -49,6 +48,8 @@ from .interpolation import (
     _scratch,
     count_codes,
     pass_table,
+    slab_width,
+    step_end,
 )
 
 #: Its steps have one pass per group of refined axes (:data:`strata.lossy.predictors.Predictor.GROUPS`).
@@ -75,9 +76,7 @@ def _sweep(mode, x, codes, orig, missing, shape, rows, bounds, cubic, geo):
     n = rows.shape[0]
     p0 = 0
     while p0 < n:
-        p1 = p0 + 1
-        while p1 < n and rows[p1, 14] == rows[p0, 14]:
-            p1 += 1
+        p1 = step_end(rows, p0)
         for phase in range(2):
             lo, hi, q = shape[ax_s], 0, 1
             for p in range(p0, p1):
@@ -87,7 +86,7 @@ def _sweep(mode, x, codes, orig, missing, shape, rows, bounds, cubic, geo):
                     q = rows[p, 5 + ax_s]
             if hi <= lo:
                 continue
-            width = q * max(1, _SLAB_POINTS // (per_index // q + 1))
+            width = slab_width(q, per_index)
             for u in prange((hi - lo + width - 1) // width):
                 a = lo + u * width
                 bx, bc = _scratch(mode, x)

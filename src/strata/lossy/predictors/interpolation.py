@@ -295,19 +295,30 @@ def _scratch(mode, x):
     return np.empty(_CHUNK, x.dtype), np.empty(_CHUNK if mode == 0 else 0, np.int32)
 
 
-@njit(inline="always")
 def _run(mode, x, codes, orig, missing, bx, bc, passes, span):
     """:func:`_run_passes` compiled for ``mode`` (a literal in each call: a constant inside).
     ``span`` is passed as plain int64 values: the literals and unsigned prange indices of the
-    calls would each make numba compile the runner again (5 s a version, cold)."""
-    span = (np.int64(span[0]), np.int64(span[1]), np.int64(span[2]), np.int64(span[3]), np.int64(span[4]),
-            np.int64(span[5]), np.int64(span[6]))
-    if mode == 0:
-        _run_passes(0, x, codes, orig, missing, bx, bc, passes, span)
-    elif mode == 1:
-        _run_passes(1, x, codes, orig, missing, bx, bc, passes, span)
-    else:
-        _run_passes(2, x, codes, orig, missing, bx, bc, passes, span)
+    calls would each make numba compile the runner again (5 s a version, cold). Narrow codes
+    (uint16, :func:`strata.lossy.quantize.code_radius`) are only ever decoded: for them only
+    that mode is compiled (each mode compiles for about 8 s, cold)."""
+    raise NotImplementedError
+
+
+@overload(_run, inline="always")
+def _run_compiled(mode, x, codes, orig, missing, bx, bc, passes, span):
+    narrow = codes.dtype == types.uint16
+
+    def impl(mode, x, codes, orig, missing, bx, bc, passes, span):
+        span = (np.int64(span[0]), np.int64(span[1]), np.int64(span[2]), np.int64(span[3]), np.int64(span[4]),
+                np.int64(span[5]), np.int64(span[6]))
+        if narrow or mode == 1:
+            _run_passes(1, x, codes, orig, missing, bx, bc, passes, span)
+        elif mode == 0:
+            _run_passes(0, x, codes, orig, missing, bx, bc, passes, span)
+        else:
+            _run_passes(2, x, codes, orig, missing, bx, bc, passes, span)
+
+    return impl
 
 
 # The runners below take ``mode`` as a literal (numba compiles one version per mode) and run

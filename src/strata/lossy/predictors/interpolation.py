@@ -522,16 +522,14 @@ def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u, n_axes, cubic, e
     j = base + t
     if n_axes > 0:
         # a group's mean, summed from +0.0 by increasing axis as multidim's points are
-        total = 0.0 + _cubic(x, j, u[0], np.uint64(3) * u[0])
+        total = 0.0 + _along(x, j, u[0], cubic)
         if n_axes > 1:
-            total += _cubic(x, j, u[1], np.uint64(3) * u[1])
+            total += _along(x, j, u[1], cubic)
         if n_axes > 2:
-            total += _cubic(x, j, u[2], np.uint64(3) * u[2])
+            total += _along(x, j, u[2], cubic)
         pred = total / n_axes
-    elif cubic:
-        pred = _cubic(x, j, u[0], np.uint64(3) * u[0])
     else:
-        pred = 0.5 * (np.float64(x[j - u[0]]) + np.float64(x[j + u[0]]))
+        pred = _along(x, j, u[0], cubic)
     keep = ((first + t) & np.uint64(st2 - 1)) != 0
     if mode == 0:
         rec, code = quantize_lane(x, orig[j], pred, eb, inv_bin, bin_width)
@@ -543,6 +541,14 @@ def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u, n_axes, cubic, e
         bx[t] = select(keep | (c == UNPREDICTABLE), x[j], x.dtype.type(pred + q * bin_width))
     else:
         bx[t] = select(keep, x[j], x.dtype.type(pred))
+
+
+@njit(inline="always")
+def _along(x, j, d1, cubic):
+    """The cubic or linear interpolation of ``x[j]`` from neighbours ``d1`` apart (uint64)."""
+    if cubic:
+        return _cubic(x, j, d1, np.uint64(3) * d1)
+    return 0.5 * (np.float64(x[j - d1]) + np.float64(x[j + d1]))
 
 
 def pass_table(plan, bounds, cubic, part=None, key=None, rows=None):

@@ -159,8 +159,10 @@ def _line(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, i0, i1, f2, 
     interior = _CUBIC if cub else _LINEAR
     inner = interior if axes & 4 else _NONE
     lanes = (k_hi - k_lo - 1) * st2 + 1
-    vector = (not masked and mode != 2 and (r0 == _NONE or r0 == interior) and (r1 == _NONE or r1 == interior)
-              and st2 <= _MAX_LANE_STEP and lanes >= _VECTOR and (mode != 0 or eb > 0))
+    # (encoding vectorizes cubic steps only: see _lanes_literal)
+    vector = (not masked and (mode == 1 or mode == 0 and cub) and (r0 == _NONE or r0 == interior)
+              and (r1 == _NONE or r1 == interior) and st2 <= _MAX_LANE_STEP and lanes >= _VECTOR
+              and (mode != 0 or eb > 0))
     if vector:
         # every axis interior: over the contiguous memory between the points (vectorized)
         # the distances along the group's axes, in increasing axis order
@@ -192,10 +194,12 @@ def _lanes_literal(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2,
     same bits; the lanes between points belong to other groups or coarser steps, which no
     thread writes meanwhile), with ``mode`` (0 or 1), ``n_axes`` and ``cub`` as literals: one
     compiled loop each, without a branch per lane (with a variable the loop did not vectorize:
-    era5_t2m's finest step decoded 2-3 times slower). Twelve loops, each compiling in about two
-    seconds; without the linear ones, linear steps ran point by point: cosmology at 1e-2, whose
-    steps are linear, decoded in 1.8 times the time of dimension-by-dimension interpolation.
-    Previews keep the point-by-point loop; narrow codes (uint16) compile the decoding loops only."""
+    era5_t2m's finest step decoded 2-3 times slower). Nine loops, each compiling in about two
+    seconds: the linear rule decodes through them (point by point, cosmology at 1e-2, whose steps
+    are linear, decoded in 1.9 times the time of dimension-by-dimension interpolation; with them
+    1.2 times) and encodes point by point (three more loops made a fresh test suite compile for
+    about a minute longer); previews keep the point-by-point loop; narrow codes (uint16) compile
+    the decoding loops only."""
     raise NotImplementedError
 
 
@@ -210,11 +214,8 @@ def _lanes_literal_compiled(mode, n_axes, cub, x, codes, orig, bx, bc, start, la
         return impl
 
     def impl(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
-        if mode == 0:
-            if cub:
-                _lanes_of(0, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
-            else:
-                _lanes_of(0, False, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+        if mode == 0:  # (cubic: _line encodes linear steps point by point)
+            _lanes_of(0, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
         else:
             if cub:
                 _lanes_of(1, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)

@@ -48,9 +48,15 @@ def code_radius(codes) -> int:
     return NARROW_RADIUS if codes.dtype == np.uint16 else RADIUS
 
 
+def narrow_type(codes) -> bool:
+    """Whether ``codes``, the numba type of a codes argument (at typing time, in an
+    ``overload``), is an array of the decoder's narrow codes (uint16)."""
+    return isinstance(codes, types.Array) and codes.dtype == types.uint16
+
+
 @overload(code_radius, inline="always")
 def _code_radius(codes):
-    r = NARROW_RADIUS if isinstance(codes, types.Array) and codes.dtype == types.uint16 else RADIUS
+    r = NARROW_RADIUS if narrow_type(codes) else RADIUS
 
     def impl(codes):
         return r

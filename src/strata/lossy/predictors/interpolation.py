@@ -43,6 +43,7 @@ from ..quantize import (
     UNPREDICTABLE,
     code_radius,
     dequantize_into,
+    narrow_type,
     quantize_into,
     quantize_lane,
     select,
@@ -306,19 +307,26 @@ def _run(mode, x, codes, orig, missing, bx, bc, passes, span):
 
 @overload(_run, inline="always")
 def _run_compiled(mode, x, codes, orig, missing, bx, bc, passes, span):
-    narrow = codes.dtype == types.uint16
+    if narrow_type(codes):
+        def impl(mode, x, codes, orig, missing, bx, bc, passes, span):
+            _run_passes(1, x, codes, orig, missing, bx, bc, passes, _int64s(span))
+        return impl
 
     def impl(mode, x, codes, orig, missing, bx, bc, passes, span):
-        span = (np.int64(span[0]), np.int64(span[1]), np.int64(span[2]), np.int64(span[3]), np.int64(span[4]),
-                np.int64(span[5]), np.int64(span[6]))
-        if narrow or mode == 1:
+        span = _int64s(span)
+        if mode == 1:
             _run_passes(1, x, codes, orig, missing, bx, bc, passes, span)
         elif mode == 0:
             _run_passes(0, x, codes, orig, missing, bx, bc, passes, span)
         else:
             _run_passes(2, x, codes, orig, missing, bx, bc, passes, span)
-
     return impl
+
+
+@njit(inline="always")
+def _int64s(span):
+    return (np.int64(span[0]), np.int64(span[1]), np.int64(span[2]), np.int64(span[3]), np.int64(span[4]),
+            np.int64(span[5]), np.int64(span[6]))
 
 
 # The runners below take ``mode`` as a literal (numba compiles one version per mode) and run

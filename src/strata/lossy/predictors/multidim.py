@@ -26,10 +26,11 @@ encoder and decoder run the same compiled code, so their predictions are bit-ide
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, prange
 from numba.extending import overload
 
 from ..._numba import pick, serial_variant
+from ..quantize import narrow_type
 from .interpolation import (
     _CUBIC,
     _EXTRAP_LINEAR,
@@ -106,7 +107,7 @@ def _run_slab(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, rows, bounds, 
 
 @overload(_run_slab, inline="always")
 def _run_slab_compiled(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, rows, bounds, cubic, p, ax_s, a, b):
-    if codes.dtype == types.uint16:
+    if narrow_type(codes):
         def impl(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, rows, bounds, cubic, p, ax_s, a, b):
             _slab(1, x, codes, orig, missing, bx, bc, n1, n2, geo, rows, bounds, cubic, p, ax_s, a, b)
     else:
@@ -205,23 +206,26 @@ def _lanes_literal(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2,
 
 @overload(_lanes_literal, inline="always")
 def _lanes_literal_compiled(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
-    if codes.dtype == types.uint16:
+    if narrow_type(codes):
         def impl(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
-            if cub:
-                _lanes_of(1, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
-            else:
-                _lanes_of(1, False, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+            _decode_lanes(n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
         return impl
 
     def impl(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
         if mode == 0:  # (cubic: _line encodes linear steps point by point)
             _lanes_of(0, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
         else:
-            if cub:
-                _lanes_of(1, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
-            else:
-                _lanes_of(1, False, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+            _decode_lanes(n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
     return impl
+
+
+@njit(inline="always")
+def _decode_lanes(n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
+    """:func:`_lanes_of` decoding, ``cub`` made a literal."""
+    if cub:
+        _lanes_of(1, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+    else:
+        _lanes_of(1, False, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
 
 
 @njit(inline="always")

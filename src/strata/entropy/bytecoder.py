@@ -77,9 +77,16 @@ ERRORS = {1: "empty byte-plane record", 2: "raw byte plane of the wrong length",
           7: "byte-plane entropy-coded data inconsistent", 8: "malformed split byte-plane record"}
 
 
+@njit(cache=True)
 def max_record_bytes(n: int) -> int:
     """Largest record :func:`encode_into` writes for ``n`` bytes."""
     return n + 1 + 2 * n + SPLIT_PARTS * (_TABLE_ROOM + 48) + 32
+
+
+def work_bytes(n: int) -> int:
+    """Bytes of the work area :func:`encode_into` needs for ``n`` bytes: a split record's parts
+    (:func:`max_record_bytes`) and the rANS coder's buffer of the largest of them."""
+    return max_record_bytes(n) + 2 * n + rans64.STATE_BYTES + 16
 
 
 @njit(inline="always")
@@ -322,9 +329,11 @@ def _wide_bits(n, wide):
 
 
 @njit(nogil=True, cache=True)
-def encode_into(data, out, pos, wide=False):
+def encode_into(data, out, pos, wide, work):
     """Code ``data`` (uint8) with the model that makes it smallest, as a record written to
-    ``out[pos:]`` (room: :func:`max_record_bytes`); returns the position after it.
+    ``out[pos:]`` (room: :func:`max_record_bytes`); returns the position after it. ``work``
+    (uint8, :func:`work_bytes`) is the coder's scratch: a caller coding many strings passes
+    the same one each time, so the kernel maps and zeroes no new pages for each.
 
     A string of at least ``SPLIT_PARTS * MIN_PART_BYTES`` bytes is stored as ``SPLIT_PARTS``
     records of its equal parts when their estimated sizes add up to less than the whole's.
@@ -345,7 +354,7 @@ def encode_into(data, out, pos, wide=False):
     for p in range(1, n_parts):  # in the whole string, a part's first byte has a context
         _recontext(hp, data, n * p // n_parts)
     if n == 0 or h0[0, data[0]] == n:
-        return _encode_simple(data, h0, hp, 0.0, 0.0, out, pos, wide)
+        return _encode_simple(data, h0, hp, 0.0, 0.0, out, pos, wide, work)
     c0, cp = tables.cost_bits(h0) + _wide_bits(n, wide), tables.cost_bits(hp)
     # splitting cannot pay much where the whole is near-random (mixing only adds entropy)
     if n_parts > 1 and min(c0, cp) <= (1 - MIN_GAIN) * 8.0 * n:
@@ -358,25 +367,26 @@ def encode_into(data, out, pos, wide=False):
         if split_bits < min(c0, cp) + 8:
             out[pos] = SPLIT
             out[pos + 1] = n_parts
-            tmp = np.empty(out.shape[0] - pos, np.uint8)
+            room = max_record_bytes(n)
+            tmp, rest = work[:room], work[room:]
             ends = np.zeros(n_parts + 1, np.int64)
             for p in range(n_parts):
                 a, b = n * p // n_parts, n * (p + 1) // n_parts
                 ends[p + 1] = _encode_simple(data[a:b], h0s[p], hps[p], costs[p, 0], costs[p, 1], tmp, ends[p],
-                                             wide)
+                                             wide, rest)
             q = pos + 2
             for p in range(n_parts - 1):
                 q = varint.put(out, q, ends[p + 1] - ends[p])
             copy_into(out[q:], tmp[:ends[n_parts]])
             return q + ends[n_parts]
-    return _encode_simple(data, h0, hp, c0, cp, out, pos, wide)
+    return _encode_simple(data, h0, hp, c0, cp, out, pos, wide, work)
 
 
 @njit(nogil=True, cache=True)
-def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
+def _encode_simple(data, h0, hp, c0, cp, out, pos, wide, work):
     """A record of ``data`` that is not split, from its histograms (:func:`_histograms`)
     and their estimated sizes ``c0``, ``cp`` (:func:`strata.entropy.tables.cost_bits`, ``c0``
-    with :func:`_wide_bits`)."""
+    with :func:`_wide_bits`); the rANS coder writes into ``work`` first."""
     n = data.shape[0]
     if n == 0:
         out[pos] = RAW
@@ -396,7 +406,7 @@ def _encode_simple(data, h0, hp, c0, cp, out, pos, wide):
     freq = tables.normalize(tables.approx_value(codes))
     tab = np.empty(counts.shape[0] * (counts.shape[1] + 8), np.uint8)
     tlen = tables.serialize_into(codes, tab)
-    buf = np.empty(2 * n + rans64.STATE_BYTES + 16, np.uint8)
+    buf = work[:2 * n + rans64.STATE_BYTES + 16]  # (the coders write from its end)
     enc = rans.encoder_table(freq)
     flat = enc.ravel()
     lanes64 = order0 and wide_bits > 0
@@ -497,7 +507,7 @@ def encode(data: np.ndarray, wide: bool = False) -> bytes:
     :func:`encode_into`)."""
     data = np.ascontiguousarray(data, dtype=np.uint8)
     out = np.empty(max_record_bytes(data.size), np.uint8)
-    return out[:encode_into(data, out, 0, wide)].tobytes()
+    return out[:encode_into(data, out, 0, wide, np.empty(work_bytes(data.size), np.uint8))].tobytes()
 
 
 def decode(buf, n: int, out: np.ndarray | None = None) -> np.ndarray:

@@ -623,8 +623,8 @@ def test_delta_replaced_between_the_two_passes(tmp_path, monkeypatch):
     ck.save({"w": np.zeros(16, np.float32), "i": np.array([0])}, other)  # same layout, another id
     real = io._decode
 
-    def decode_then_replace(src, h, lay, name, base, workers):
-        snap = real(src, h, lay, name, base, workers)
+    def decode_then_replace(src, h, lay, name, base, workers, alloc=None):
+        snap = real(src, h, lay, name, base, workers, alloc)
         if base is None:
             os.replace(other, last)
         return snap

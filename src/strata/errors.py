@@ -49,3 +49,10 @@ class MissingDependencyError(StrataError, ImportError):
 class ModelFileError(StrataError, ValueError):
     """A learned model file (``strata.quality``'s predictors) is missing, of another format or
     version, or fails validation (digest, shapes, non-finite weights)."""
+
+
+class StateChangedError(StrataError, RuntimeError):
+    """A tensor changed while a lazy checkpoint capture was still copying it (found by
+    :class:`strata.checkpoint.AsyncCheckpointer` with ``debug=True``): the snapshot would mix
+    values of two training steps. Wait for the capture before changing the state
+    (``wait_for_capture()`` or the optimizer hook ``guard()``)."""

@@ -22,22 +22,39 @@ it is no longer its business: it is never a base again, nor rewritten.
 
 The host buffers are recycled: once a snapshot is written and no longer the base of the
 next delta, its buffers take the next save's copy. After the first saves (which allocate),
-``save()`` costs one memory copy of the state into memory that is already mapped -- like the
-pinned, preallocated host buffers of DataStates-LLM -- instead of first-touch page faults.
+``save()`` costs one memory copy of the state into memory that is already mapped instead of
+first-touch page faults. Tensors on a GPU are copied into pinned (page-locked) host buffers on
+a CUDA stream of the checkpointer's own (:mod:`strata.checkpoint.capture`), with no pageable
+copy in between.
+
+**Lazy capture** (DataStates-LLM, ``lazy=True``): ``save()`` returns as soon as the copies are
+issued (GPU) or started (CPU, in a thread); the forward and backward passes that follow do not
+change the parameters or the optimizer state and run while the copies do. The contract: the
+state saved must not change until the capture is done -- call :meth:`wait_for_capture` before
+the next optimizer step, or let the hook of :meth:`guard` do it (it waits only if the capture
+is still running). ``debug=True`` checks the contract: each tensor's checksum is taken when the
+capture starts and compared with the captured bytes when it ends; a difference raises
+:class:`~strata.errors.StateChangedError` (from :meth:`wait_for_capture`, else from the next
+``save`` or :meth:`wait`).
 """
 from __future__ import annotations
 
 import atexit
 import os
 import queue
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from ..atomic import atomic_path
+from ..errors import InvalidInputError
+from . import capture, io
+from .state import TorchBytes, flatten
 
-from . import io
-from .state import flatten
+
+class _Removed(Exception):
+    """A file was removed before the flusher copied it."""
 
 
 @dataclass
@@ -67,6 +84,18 @@ class AsyncCheckpointer:
         max_pending: saves that may wait in memory for the writer; a ``save`` beyond that
             blocks until the oldest is written (bounded host memory).
         workers: coding threads (default: all cores).
+        lazy: ``save()`` returns before the copies to host memory are done (see the module's
+            contract: :meth:`wait_for_capture` or :meth:`guard` before the state changes).
+        debug: check that the state did not change during a capture (costs a checksum of
+            every tensor, on its device, per save).
+        flush_to: a second, slower destination (an existing folder: a parallel file system):
+            every file written is then copied there, atomically, by a thread of its own, in
+            the order written (a delta after its base). A file is loadable where it was saved
+            as soon as it is written there (``wait(flushed=False)``); a file removed before its
+            copy is skipped.
+
+    Raises:
+        InvalidInputError: ``flush_to`` is not a folder.
 
     Example::
 
@@ -77,37 +106,90 @@ class AsyncCheckpointer:
                 ckpt.save({"model": model.state_dict(), "optim": opt.state_dict()},
                           f"ckpt/step_{step:06d}.strata")
         ckpt.wait()
+
+    Lazy, on a GPU: ``ckpt = AsyncCheckpointer(lazy=True); ckpt.guard(optimizer)`` once, then
+    ``ckpt.save(...)`` where the loop saves: the next ``optimizer.step()`` waits for the copies
+    if they are still running.
     """
 
-    def __init__(self, full_every: int = 10, max_pending: int = 2, workers: int | None = None):
+    def __init__(self, full_every: int = 10, max_pending: int = 2, workers: int | None = None, *,
+                 lazy: bool = False, debug: bool = False, flush_to=None):
         if full_every < 1 or max_pending < 1:
             raise ValueError("full_every and max_pending must be at least 1")
+        if flush_to is not None and not Path(flush_to).is_dir():
+            raise InvalidInputError(f"flush_to={str(flush_to)!r} is not a folder")
+        self.flush_to = None if flush_to is None else Path(flush_to)
         self.full_every = full_every
         self.workers = workers
+        self.lazy, self.debug = lazy, debug
+        self._buffers = capture.HostBuffers(keep=max_pending + 1)  # (what the pending saves can use)
+        self._streams: dict = {}  # the capture stream of each CUDA device
+        self._capture: capture.Capture | None = None  # the last save's
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._count = 0
         self._prev: tuple[str, io.Snapshot] | None = None  # entry (io.entry) and snapshot of the last save
         self._files: dict[str, _Written] = {}  # by entry: the files written, still as written
         self._deltas: dict[str, set[str]] = {}  # entry -> entries of the deltas written on it
-        self._free: dict[int, list] = {}  # recycled segment buffers, by size
-        self._free_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name="strata-checkpoint")
         self._thread.start()
+        self._flushes: queue.Queue = queue.Queue()  # files written, to copy to flush_to
+        self._flusher = None
+        if self.flush_to is not None:
+            self._flusher = threading.Thread(target=self._flush_run, daemon=True, name="strata-checkpoint-flush")
+            self._flusher.start()
         atexit.register(self.wait)  # (the daemon writer would be stopped with saves still queued)
 
     def save(self, state_dict, path) -> None:
         """Copy ``state_dict`` to host memory, then compress and write it to ``path`` in the
-        background. Blocks only for the host copy (unless ``max_pending`` saves are waiting).
+        background. Blocks only for the host copy (``lazy``: until the copies are issued), or
+        while ``max_pending`` saves are waiting.
 
         Raises:
-            Any error of an earlier background save.
+            Any error of an earlier background save (:class:`~strata.errors.StateChangedError`
+            from ``debug``).
         """
         self._raise()
-        snap = io.group(*flatten(state_dict, lazy=True), alloc=self._buffer)  # the one host copy
+        skeleton, tensors = flatten(state_dict, lazy=True)
+        pinned = any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
+        started = []
+        snap = io.group(skeleton, tensors, alloc=lambda n: self._buffers.get(n, pinned),
+                        copy=lambda pairs: started.append(capture.start(pairs, lazy=self.lazy, debug=self.debug,
+                                                                        streams=self._streams)))
+        self._capture = started[0]
         full = self._count % self.full_every == 0
         self._count += 1
-        self._queue.put((snap, Path(path), full))
+        self._queue.put((snap, Path(path), full, self._capture))
+
+    @property
+    def capturing(self) -> bool:
+        """Whether the last save's copies to host memory are still running (lazy mode)."""
+        return self._capture is not None and not self._capture.done()
+
+    def wait_for_capture(self) -> None:
+        """Wait until the last save's copies to host memory are done (at once if they are):
+        from then on the state may change.
+
+        Raises:
+            StateChangedError: ``debug`` found a tensor changed during the capture.
+        """
+        if self._capture is not None:
+            self._capture.wait()
+
+    def guard(self, optimizer):
+        """Make ``optimizer.step()`` wait for a capture still running (lazy mode's one line):
+        registers :meth:`wait_for_capture` as a step pre-hook of ``optimizer`` (a
+        ``torch.optim.Optimizer``, or a :class:`strata.comm.ShardedOptimizer`, whose wrapped
+        optimizer's step is the first to change the state); returns the hook's handle
+        (``handle.remove()`` undoes it).
+
+        Raises:
+            InvalidInputError: ``optimizer`` takes no step pre-hook.
+        """
+        opt = getattr(optimizer, "optimizer", optimizer)
+        if not callable(getattr(opt, "register_step_pre_hook", None)):
+            raise InvalidInputError(f"{type(optimizer).__name__} is not a torch optimizer (no register_step_pre_hook)")
+        return opt.register_step_pre_hook(lambda *_: self.wait_for_capture())
 
     def _run(self) -> None:
         while True:
@@ -115,12 +197,13 @@ class AsyncCheckpointer:
             try:
                 if item is None:
                     return
-                snap, path, full = item
+                snap, path, full, cap = item
+                cap.wait()
                 dest = io.entry(path)
                 self._free_dependents(dest)
                 base = None if full or dest in self._files else self._base(dest)
                 base_file = base and os.path.basename(base[0])
-                io.write(path, io.encode_parts(snap, base and base[1], base_file, self.workers))
+                self._write(path, io.encode_parts(snap, base and base[1], base_file, self.workers))
                 self._wrote(dest, base and base[0])
                 old, self._prev = self._prev, (dest, snap)
                 if old is not None:
@@ -174,41 +257,59 @@ class AsyncCheckpointer:
                 snap = self._prev[1]  # the last save, still in memory
             else:
                 snap = io.read(e, self.workers)
-            io.write(e, io.encode_parts(snap, None, None, self.workers))
+            self._write(e, io.encode_parts(snap, None, None, self.workers))
             self._wrote(e, None)
 
-    def _buffer(self, n: int) -> np.ndarray:
-        """A host buffer of ``n`` bytes: a recycled one if there is one, else a new one."""
-        with self._free_lock:
-            free = self._free.get(n)
-            if free:
-                return free.pop()
-        return np.empty(n, np.uint8)
+    def _write(self, path, parts) -> None:
+        """Write a file (atomically), then queue its copy to ``flush_to``."""
+        io.write(path, parts)
+        if self._flusher is not None:
+            self._flushes.put(Path(path))
+
+    def _flush_run(self) -> None:
+        while True:
+            path = self._flushes.get()
+            try:
+                if path is None:
+                    return
+                with atomic_path(self.flush_to / path.name) as tmp:
+                    try:
+                        shutil.copyfile(path, tmp)
+                    except FileNotFoundError:
+                        raise _Removed from None
+            except _Removed:
+                pass  # (removed before its copy: nothing to flush, and atomic_path left nothing)
+            except BaseException as exc:  # surfaces in save() or wait()
+                self._error = self._error or exc
+            finally:
+                self._flushes.task_done()
 
     def _recycle(self, snap: io.Snapshot) -> None:
         """Return the buffers of a snapshot that is written and no longer a base."""
-        with self._free_lock:
-            for seg in snap.segments:
-                free = self._free.setdefault(seg.size, [])
-                if len(free) < self._queue.maxsize + 1:  # bounded: what the pending saves can use
-                    free.append(seg)
+        self._buffers.put(snap.segments)
 
     def _raise(self) -> None:
         if self._error is not None:
             err, self._error = self._error, None
             raise err
 
-    def wait(self) -> None:
-        """Wait until every save so far is written; raise the error of a failed one."""
+    def wait(self, flushed: bool = True) -> None:
+        """Wait until every save so far is written (``flushed``: and copied to ``flush_to``);
+        raise the error of a failed one."""
         self._queue.join()
+        if flushed:
+            self._flushes.join()
         self._raise()
 
     def close(self) -> None:
-        """Finish the pending saves and stop the writer thread."""
+        """Finish the pending saves and stop the writer threads."""
         self.wait()
         atexit.unregister(self.wait)
         self._queue.put(None)
         self._thread.join()
+        if self._flusher is not None:
+            self._flushes.put(None)
+            self._flusher.join()
 
     def __enter__(self):
         return self

@@ -105,7 +105,7 @@ class Snapshot:
 
 
 def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list | None = None,
-          alloc=None) -> Snapshot:
+          alloc=None, copy=None) -> Snapshot:
     """Gather the tensors of each dtype into segments (in order of appearance).
 
     The bytes are copied once into the segments, and each tensor's ``data`` becomes a view
@@ -114,7 +114,10 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
     are not copied: their segment is the ranges one after another, read when it is coded.
     ``segments``, if given, are the already decoded segments of that layout. ``alloc(n)``
     gives the uint8 buffer of a segment of ``n`` bytes (default: a new array), e.g. a
-    recycled one.
+    recycled one. Tensors whose bytes come as :class:`~strata.checkpoint.state.TorchBytes`
+    are copied once every buffer exists, by ``copy(pairs)`` if given (``pairs``: a list of
+    ``(uint8 destination view, TorchBytes)``; e.g. :func:`strata.checkpoint.capture.start`,
+    which may still be copying when ``group`` returns), else here.
 
     Raises:
         InvalidInputError: a tensor whose shape a checkpoint cannot hold (more than
@@ -140,17 +143,19 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
             built.append(Ranges.join([tensors[i].data for i in idx]))
         elif segments is None:
             seg = np.empty(off, np.uint8) if alloc is None else alloc(off)
-            address = seg.ctypes.data
             for i in idx:
                 a, d = seg_of[i][1], tensors[i].data
                 if isinstance(d, TorchBytes):
-                    copies.append((address + a, d))  # copied below, once every buffer exists
+                    copies.append((seg[a:a + d.size], d))  # copied below, once every buffer exists
                 else:
                     seg[a:a + d.size] = d
                 tensors[i].data = seg[a:a + d.size]
             built.append(seg)
-    for address, d in copies:
-        d.copy_to(address)
+    if copy is not None:
+        copy(copies)
+    else:
+        for out, d in copies:
+            d.copy_to(out)
     return Snapshot(skeleton, tensors, built if segments is None else segments, keys, seg_of, source=source)
 
 
@@ -433,8 +438,9 @@ def entries(path) -> frozenset[str]:
     return frozenset(out)
 
 
-def read(path, workers: int | None = None) -> Snapshot:
-    """Decode a checkpoint file (following its chain of bases, iteratively).
+def read(path, workers: int | None = None, alloc=None) -> Snapshot:
+    """Decode a checkpoint file (following its chain of bases, iteratively); ``alloc(n)``, if
+    given, is the uint8 buffer each segment is decoded into (deltas decode into their base's).
 
     The headers of the whole chain are read and checked first (one file open at a time),
     from ``path`` down to its full snapshot, which is decoded; then every delta is decoded
@@ -471,7 +477,7 @@ def read(path, workers: int | None = None) -> Snapshot:
                 raise FormatError(f"{p.name} has the id of the snapshot {chain[-1][0].name} was made from, but not "
                                   f"its content (checksum {crc:08x}, recorded {want_crc:08x}): it was replaced")
             if h["base"] is None:
-                snap = _decode(src, h, lay, p.name, None, workers)
+                snap = _decode(src, h, lay, p.name, None, workers, alloc)
                 snap.file_crc = crc
                 break
         keep = kept + len(raw) <= _KEEP_HEADERS
@@ -494,14 +500,15 @@ def read(path, workers: int | None = None) -> Snapshot:
             if (h["id"] != want or h["base"] is None or h["base"]["id"] != snap.id
                     or h["base"].get("crc", snap.file_crc) != snap.file_crc):
                 raise FormatError(f"{p.name} changed while its chain of bases was read")
-            snap = _decode(src, h, lay, p.name, snap, workers)
+            snap = _decode(src, h, lay, p.name, snap, workers, alloc)
             snap.file_crc = crc
     snap.chain = links
     return snap
 
 
-def _decode(src: Source, h: dict, lay: _Layout, name: str, base: Snapshot | None, workers) -> Snapshot:
-    """Decode the sections of a checkpoint whose header ``h`` is validated, over ``base``.
+def _decode(src: Source, h: dict, lay: _Layout, name: str, base: Snapshot | None, workers, alloc=None) -> Snapshot:
+    """Decode the sections of a checkpoint whose header ``h`` is validated, over ``base``
+    (segments that are not deltas into ``alloc(n)`` if given).
 
     Records of version 3 on are read chunk by chunk as they are decoded (never whole); a delta
     segment is decoded into its base's segment, in place, so a chain holds one snapshot.
@@ -541,7 +548,8 @@ def _decode(src: Source, h: dict, lay: _Layout, name: str, base: Snapshot | None
                 b = base_seg.pop(key, None)
                 if b is None or b.size != m["nbytes"]:
                     raise FormatError(f"{name}: the base has no {what}")
-            segments.append(rec.decode(base=b, workers=workers, out=b))
+            out = b if b is not None or alloc is None else alloc(m["nbytes"])
+            segments.append(rec.decode(base=b, workers=workers, out=out))
         except CorruptStreamError as exc:
             raise type(exc)(f"{name}: {exc} (tensors {names})") from exc
     tensors = [Tensor(t[0], t[1], t[2], tuple(t[3]), segments[t[4]][t[5]:t[5] + t[6]]) for t in h["tensors"]]
@@ -584,7 +592,9 @@ def save(state_dict, path, base=None, workers: int | None = None) -> None:
         OSError: the file cannot be written (nothing is left behind).
     """
     path = Path(path)
-    snap = group(*flatten(state_dict, lazy=True))
+    skeleton, tensors = flatten(state_dict, lazy=True)
+    on_gpu = any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
+    snap = group(skeleton, tensors, alloc=_pinned if on_gpu else None)  # (GPU tensors: one copy, into pinned memory)
     base_snap, base_file = _read_base(base, path, workers)
     write(path, encode_parts(snap, base_snap, base_file, workers))
 
@@ -620,15 +630,35 @@ def _read_base(base, path: Path, workers) -> tuple[Snapshot | None, str | None]:
 def load(path, device: str = "cpu", workers: int | None = None):
     """Load a checkpoint saved by :func:`save` (following its chain of bases): the same
     nesting, names, shapes and dtypes, torch tensors on ``device`` (NumPy arrays stay NumPy).
+    For a CUDA device the segments are decoded into pinned host memory and copied to the GPU
+    asynchronously, then synchronized once.
 
     Raises:
         FormatError and subclasses (``TruncatedStreamError``, ``CorruptStreamError`` naming the
         damaged tensors).
     """
-    snap = read(path, workers)
+    cuda = device != "cpu" and _is_cuda(device)
+    snap = read(path, workers, alloc=_pinned if cuda else None)
     if snap.source != "state":
         raise FormatError(f"{Path(path).name} holds a safetensors file: use decompress_safetensors")
-    return unflatten(snap.skeleton, snap.tensors, device)
+    state = unflatten(snap.skeleton, snap.tensors, device)
+    if cuda:  # (the copies from the pinned segments are asynchronous: done before they are freed)
+        __import__("torch").cuda.synchronize(device)
+    return state
+
+
+def _is_cuda(device) -> bool:
+    import torch
+
+    return torch.device(device).type == "cuda"
+
+
+def _pinned(n: int) -> np.ndarray:
+    """A page-locked host buffer of ``n`` bytes (a view of a pinned torch tensor, which it keeps
+    alive): segments decoded there go to a GPU by asynchronous copies, without staging."""
+    import torch
+
+    return torch.empty(n, dtype=torch.uint8, pin_memory=True).numpy()
 
 
 def safetensors_snapshot(data) -> Snapshot:

@@ -67,23 +67,34 @@ def _is_torch(x) -> bool:
 
 
 class TorchBytes:
-    """The bytes of a CPU, contiguous torch tensor, copied on demand: ``size`` bytes;
-    :meth:`copy_to` copies them to an address (one ``memmove``, no NumPy or torch views)."""
+    """The bytes of a contiguous torch tensor, copied on demand: ``size`` bytes. On the CPU
+    :meth:`copy_to` is one ``memmove``; a tensor on a GPU (``on_device``) is copied by
+    :mod:`strata.checkpoint.capture`, which issues the device-to-host copy into a pinned
+    buffer on its own CUDA stream."""
 
     __slots__ = ("tensor", "size")
 
     def __init__(self, tensor, size: int):
         self.tensor, self.size = tensor, size
 
-    def copy_to(self, address: int) -> None:
-        if self.size:
-            ctypes.memmove(address, self.tensor.data_ptr(), self.size)
+    @property
+    def on_device(self) -> bool:
+        return not self.tensor.is_cpu
+
+    def copy_to(self, out: np.ndarray) -> None:
+        """Copy the bytes into ``out`` (uint8, ``size`` bytes), now (from a GPU: synchronously)."""
+        if self.size and self.on_device:
+            import torch
+
+            torch.from_numpy(out).copy_(self.tensor.reshape(-1).view(torch.uint8))
+        elif self.size:
+            ctypes.memmove(out.ctypes.data, self.tensor.data_ptr(), self.size)
 
 
 def tensor_bytes(x, copy: bool = False, lazy: bool = False) -> tuple[str, str, tuple[int, ...], object]:
     """``(kind, dtype name, shape, uint8 bytes)`` of a torch tensor or NumPy array; with
-    ``lazy``, the bytes of a CPU contiguous torch tensor come as :class:`TorchBytes` (the
-    caller copies them before the tensor may change).
+    ``lazy``, the bytes of a torch tensor come as :class:`TorchBytes` (the caller copies them
+    before the tensor may change; a GPU tensor stays on its device, made contiguous there).
 
     Raises:
         UnsupportedDtypeError: a dtype strata cannot store (object arrays, quantized tensors).
@@ -96,10 +107,11 @@ def tensor_bytes(x, copy: bool = False, lazy: bool = False) -> tuple[str, str, t
                 raise UnsupportedDtypeError(f"torch dtype {x.dtype} is not supported")
             _TORCH_DTYPE_NAMES[x.dtype] = name
         t = x.detach() if x.requires_grad else x
+        if lazy and not copy and (t.is_cpu or t.is_cuda):
+            t = t.contiguous()
+            return "torch", TORCH_NAMES[name], tuple(t.shape), TorchBytes(t, t.nbytes)
         if not t.is_cpu or not t.is_contiguous():
             t = t.to("cpu").contiguous()
-        elif lazy and not copy:
-            return "torch", TORCH_NAMES[name], tuple(t.shape), TorchBytes(t, t.nbytes)
         b = t.reshape(-1).view(_torch_uint8(t)).numpy()
         return "torch", TORCH_NAMES[name], tuple(t.shape), (b.copy() if copy else b)
     a = np.asarray(x)
@@ -205,7 +217,9 @@ class _Node:
 
 def unflatten(skeleton, tensors: list, device: str = "cpu"):
     """Rebuild the state dict from its skeleton and decoded :class:`Tensor` entries (the
-    skeleton as :func:`flatten` makes it, or checked by :func:`check_skeleton`)."""
+    skeleton as :func:`flatten` makes it, or checked by :func:`check_skeleton`). Torch tensors
+    go to ``device`` by non-blocking copies: a caller whose entries lie in pinned memory
+    synchronizes before it frees them (:func:`strata.checkpoint.io.load`)."""
 
     def build(t: Tensor):
         if t.kind == "torch":
@@ -214,7 +228,7 @@ def unflatten(skeleton, tensors: list, device: str = "cpu"):
             dtype = getattr(torch, next(k for k, v in TORCH_NAMES.items() if v == t.dtype))
             raw = torch.from_numpy(np.ascontiguousarray(t.data)) if t.data.size else torch.empty(0, dtype=torch.uint8)
             out = raw.view(dtype).reshape(t.shape)
-            return out if device == "cpu" else out.to(device)
+            return out if device == "cpu" else out.to(device, non_blocking=True)
         return np.ascontiguousarray(t.data).view(NUMPY_DTYPES[t.dtype].newbyteorder("<")).reshape(t.shape)
 
     top = _Node("list", [skeleton])

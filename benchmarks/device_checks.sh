@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The checks a GPU machine of 16 cores runs in one call (results under $OUT): the CUDA tests, then
-# strata.lossy on 1..16 threads against an earlier source tree (benchmarks/lossy_threads_quick.py).
+# strata.lossy on 1..16 threads against an earlier source tree (benchmarks/lossy_threads_quick.py),
+# then checkpointing on the GPU and the segment codec on 1..16 threads (benchmarks/checkpoint_gpu.py).
 # Inputs, carried beside the checkout:
 #   DATA  folder of raw fields (default .devdata)     BASE  src folder of the earlier tree (default .devbase/src)
 #   BASE_LABEL  its name in the tables (default: base)  FIELDS, THREADS  the fields and thread counts timed
@@ -13,10 +14,12 @@ OUT=${OUT:-/tmp/device_out}; DATA=${DATA:-.devdata}; BASE=${BASE:-.devbase/src};
 FIELDS=${FIELDS:-ns3d192,era5_t2m,cosmo}; THREADS=${THREADS:-1,16}
 mkdir -p "$OUT"
 { nvidia-smi -L; nproc; python3 -c "import sys, numpy, numba, torch; print(sys.version.split()[0], numpy.__version__, numba.__version__, torch.__version__, torch.cuda.is_available())"; } > "$OUT/env.txt" 2>&1
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_comm_cuda.py 2>&1 | tee "$OUT/cuda_tests.log" | tail -3
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_comm_cuda.py tests/test_checkpoint_cuda.py 2>&1 \
+    | tee "$OUT/cuda_tests.log" | tail -3
 # one process per tree (lossy_threads.py's worker per version and round, each compiling, outlasted a call)
 for tree in "src:this" "$BASE:$BASE_LABEL"; do
     PYTHONPATH="${tree%%:*}" timeout 200 python3 benchmarks/lossy_threads_quick.py --data "$DATA" --fields "$FIELDS" \
         --threads "$THREADS" --label "${tree##*:}" | tee -a "$OUT/lossy_threads.txt"
 done
 python3 benchmarks/lossy_threads_quick.py --table "$OUT/lossy_threads.txt" --out "$OUT/lossy_threads.md" > /dev/null
+TMPDIR=${TMPDIR:-/tmp} timeout 240 python3 benchmarks/checkpoint_gpu.py --out "$OUT" 2>&1 | tail -40

@@ -114,3 +114,19 @@ def test_host_buffers_are_recycled_and_bounded():
     again = [bufs.get(1000) for _ in range(3)]
     assert sum(any(x is y for y in (a, b, c)) for x in again) == 2
     assert isinstance(bufs.get(10), np.ndarray) and bufs.get(10).size == 10
+
+
+def test_wait_for_capture_waits_for_every_save_so_far(tmp_path, gate):
+    model, _ = model_and_optimizer()
+    first = {k: v.clone() for k, v in model.state_dict().items()}
+    with ck.AsyncCheckpointer(lazy=True, workers=1, max_pending=3) as saver:
+        saver.save(model.state_dict(), tmp_path / "1.strata")
+        saver.save({"again": model.state_dict()}, tmp_path / "2.strata")  # (its own capture thread)
+        assert saver.capturing
+        gate.set()
+        saver.wait_for_capture()
+        assert not saver.capturing
+        with torch.no_grad():
+            model.weight.zero_()
+    assert all(torch.equal(ck.load(tmp_path / "1.strata")[k], first[k]) for k in first)
+    assert torch.equal(ck.load(tmp_path / "2.strata")["again"]["weight"], first["weight"])

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_path
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, StateChangedError
 from . import capture, io
 from .state import TorchBytes, flatten
 
@@ -124,7 +124,7 @@ class AsyncCheckpointer:
         self.lazy, self.debug = lazy, debug
         self._buffers = capture.HostBuffers(keep=max_pending + 1)  # (what the pending saves can use)
         self._streams: dict = {}  # the capture stream of each CUDA device
-        self._capture: capture.Capture | None = None  # the last save's
+        self._captures: list[capture.Capture] = []  # the saves' captures not yet waited for
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._count = 0
@@ -156,25 +156,32 @@ class AsyncCheckpointer:
         snap = io.group(skeleton, tensors, alloc=lambda n: self._buffers.get(n, pinned),
                         copy=lambda pairs: started.append(capture.start(pairs, lazy=self.lazy, debug=self.debug,
                                                                         streams=self._streams)))
-        self._capture = started[0]
+        self._captures = [c for c in self._captures if not c.done()] + started
         full = self._count % self.full_every == 0
         self._count += 1
-        self._queue.put((snap, Path(path), full, self._capture))
+        self._queue.put((snap, Path(path), full, started[0]))
 
     @property
     def capturing(self) -> bool:
-        """Whether the last save's copies to host memory are still running (lazy mode)."""
-        return self._capture is not None and not self._capture.done()
+        """Whether copies of a save to host memory are still running (lazy mode)."""
+        return any(not c.done() for c in self._captures)
 
     def wait_for_capture(self) -> None:
-        """Wait until the last save's copies to host memory are done (at once if they are):
-        from then on the state may change.
+        """Wait until the copies of every save so far to host memory are done (at once if they
+        are): from then on the state may change.
 
         Raises:
-            StateChangedError: ``debug`` found a tensor changed during the capture.
+            StateChangedError: ``debug`` found a tensor changed during a capture.
         """
-        if self._capture is not None:
-            self._capture.wait()
+        captures, self._captures = self._captures, []
+        changed = []
+        for c in captures:
+            try:
+                c.wait()
+            except StateChangedError as exc:
+                changed.append(exc)
+        if changed:
+            raise changed[0]
 
     def guard(self, optimizer):
         """Make ``optimizer.step()`` wait for a capture still running (lazy mode's one line):

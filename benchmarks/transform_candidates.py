@@ -19,9 +19,11 @@ strata's own entropy layer, would move strata's standing.
   all fields, chosen below), reconstruction at the multiple.
 * Coefficient coding: the integers binned as strata codes its quantization codes
   (``strata.entropy.binning``: zig-zag, 16 direct symbols, octave symbols with raw low bits),
-  one static rANS table per (subband, context), context = the magnitude classes (0, 1, >= 2) of
-  the coefficient's neighbour before it on the last axis and on the axis before that (strata's
-  coder uses three neighbours' magnitudes the same way). Size = the symbols' cost under the
+  one static rANS table per (group, context) under four designs (:data:`DESIGNS`): tables per
+  level or per subband, context = the magnitude classes (0, 1, >= 2) of the coefficient's
+  neighbour before it on the last axis, on the axis before that and of its parent (27), or
+  the class of their sum (6); strata's coder uses three neighbours' magnitudes the same way.
+  Size = the symbols' cost under the
   tables as the decoder sees them (``tables.normalize(tables.quantized(counts))``, 11-bit
   frequencies), plus the raw bits, the serialized tables (``tables.serialize``) and four bytes of
   final rANS state per subband: the bytes strata's rANS would write, to within its final flush.
@@ -39,13 +41,14 @@ strata's own entropy layer, would move strata's standing.
 absolute bound, objective ``ratio``, this checkout), and the anchors' points of
 ``rate_distortion.py`` (SZ3, SPERR; from its cache of anchor points keyed by field digest,
 anchor version and bound, measured when missing). BD-rate: ``rate_distortion.bd_rate`` (Akima,
-over the six bounds). ``c`` is chosen leave one family out: for each family, the ``c`` of
-``C_GRID`` with the lowest median BD-rate vs SPERR over the *other* families' fields, and that
-family's figures are reported with it.
+over the six bounds). The variant (design and ``c`` of ``C_GRID``) is chosen leave one family
+out: for each family, the variant with the lowest median BD-rate vs SPERR over the *other*
+families' fields (for PSNR), and the one with the highest geomean ratio gain of the oracle
+below on them (for ratio); that family's figures are reported with those.
 
 **Portfolio:** ``oracle`` takes, per field and bound, the smaller of strata's stream and the
-candidate (what a tuner that always chose right would get; the choice is not modelled); its
-curve gives the ratio targets and a BD-rate.
+candidate (ratio variant; what a tuner that always chose right would get; the choice is not
+modelled); its curve gives the ratio targets and a BD-rate.
 
 What the model leaves out: chunking (SPERR and strata code chunks independently; the whole field
 is one transform here), progressive and region reads (a subband is a resolution level, a region

@@ -32,6 +32,15 @@ from ..errors import StateChangedError
 _INT_VIEW = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 
 
+def pinned_buffer(n: int) -> np.ndarray:
+    """A page-locked host buffer of ``n`` bytes: a NumPy view of a torch tensor allocated with
+    ``pin_memory=True`` (the view keeps it alive). Copies between it and a GPU run
+    asynchronously, by DMA, without staging."""
+    import torch
+
+    return torch.empty(n, dtype=torch.uint8, pin_memory=True).numpy()
+
+
 class HostBuffers:
     """Host buffers recycled by size: a snapshot's segments are taken with :meth:`get` and
     returned with :meth:`put` once written, so that after the first saves a capture writes
@@ -42,7 +51,7 @@ class HostBuffers:
     def __init__(self, keep: int):
         self.keep = keep
         self._free: dict[tuple[int, bool], list] = {}
-        self._owner: dict[int, object] = {}  # address of a pinned buffer's view -> its torch tensor
+        self._pinned: set[int] = set()  # addresses of the pinned buffers handed out
         self._lock = threading.Lock()
 
     def get(self, n: int, pinned: bool = False) -> np.ndarray:
@@ -53,24 +62,21 @@ class HostBuffers:
                 return free.pop()
         if not pinned:
             return np.empty(n, np.uint8)
-        import torch
-
-        t = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-        a = t.numpy()  # (a view: it keeps the tensor alive)
+        a = pinned_buffer(n)
         with self._lock:
-            self._owner[a.ctypes.data] = t
+            self._pinned.add(a.ctypes.data)
         return a
 
     def put(self, arrays) -> None:
         """Return buffers of :meth:`get` (others are left to the garbage collector)."""
         with self._lock:
             for a in arrays:
-                pinned = a.ctypes.data in self._owner
+                pinned = a.ctypes.data in self._pinned
                 free = self._free.setdefault((a.size, pinned), [])
                 if len(free) < self.keep:
                     free.append(a)
                 elif pinned:
-                    del self._owner[a.ctypes.data]
+                    self._pinned.discard(a.ctypes.data)
 
 
 def _source_sums(d):
@@ -183,4 +189,4 @@ def start(pairs, *, lazy: bool, debug: bool = False, streams: dict | None = None
     return capture
 
 
-__all__ = ["Capture", "HostBuffers", "start"]
+__all__ = ["Capture", "HostBuffers", "pinned_buffer", "start"]

@@ -59,6 +59,7 @@ from ..atomic import atomic_path
 from ..container import KIND_CHECKPOINT, MAX_HEADER, Source, check_crc, crc32, pack, stream_version, unpack_header
 from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import codec
+from .capture import pinned_buffer
 from .ranges import Ranges
 from .state import NUMPY_DTYPES, TORCH_NAMES, Tensor, TorchBytes, check_skeleton, flatten, unflatten
 
@@ -594,7 +595,7 @@ def save(state_dict, path, base=None, workers: int | None = None) -> None:
     path = Path(path)
     skeleton, tensors = flatten(state_dict, lazy=True)
     on_gpu = any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
-    snap = group(skeleton, tensors, alloc=_pinned if on_gpu else None)  # (GPU tensors: one copy, into pinned memory)
+    snap = group(skeleton, tensors, alloc=pinned_buffer if on_gpu else None)  # (GPU tensors: one copy, pinned)
     base_snap, base_file = _read_base(base, path, workers)
     write(path, encode_parts(snap, base_snap, base_file, workers))
 
@@ -638,7 +639,7 @@ def load(path, device: str = "cpu", workers: int | None = None):
         damaged tensors).
     """
     cuda = device != "cpu" and _is_cuda(device)
-    snap = read(path, workers, alloc=_pinned if cuda else None)
+    snap = read(path, workers, alloc=pinned_buffer if cuda else None)
     if snap.source != "state":
         raise FormatError(f"{Path(path).name} holds a safetensors file: use decompress_safetensors")
     state = unflatten(snap.skeleton, snap.tensors, device)
@@ -652,13 +653,6 @@ def _is_cuda(device) -> bool:
 
     return torch.device(device).type == "cuda"
 
-
-def _pinned(n: int) -> np.ndarray:
-    """A page-locked host buffer of ``n`` bytes (a view of a pinned torch tensor, which it keeps
-    alive): segments decoded there go to a GPU by asynchronous copies, without staging."""
-    import torch
-
-    return torch.empty(n, dtype=torch.uint8, pin_memory=True).numpy()
 
 
 def safetensors_snapshot(data) -> Snapshot:

@@ -138,3 +138,24 @@ def test_encoding_maps_no_new_memory_per_chunk(dtype, make):
     records = sum(len(p) for p in parts)
     assert faults < (records + 0.1 * data.size) / resource.getpagesize(), (faults, records)
     assert np.array_equal(codec.decode(b"".join(parts)), data)
+
+
+@pytest.mark.parametrize("full_every,extra", [(1, 1.25), (4, 2.25)])
+def test_async_checkpointer_holds_max_pending_snapshots_and_the_coded_one(tmp_path, full_every, extra):
+    """save() copied the state before it waited for room in the queue, and the writer kept the
+    previous save even when the next was a full snapshot: 5.1 and 6.1 snapshots held here. Now a
+    save waits for room first, and a save is kept only as the base of a delta on it: max_pending
+    snapshots, the coded bytes of the one being written (up to a snapshot's size, in blocks of an
+    eighth), one more buffer where deltas are made (the base), and the coder's per-thread scratch."""
+    state = {"w": np.random.default_rng(6).standard_normal(4 * MIB).astype(np.float32)}
+    size = state["w"].nbytes
+
+    def run():
+        with ck.AsyncCheckpointer(full_every=full_every, max_pending=2, workers=1) as saver:
+            for i in range(6):
+                state["w"][:64] += 1
+                saver.save(state, tmp_path / f"s{i}.strata")
+
+    held = peak(run)
+    scratch = 8 * MIB  # (planes, plane record, coder work area, chunk record, XOR of one chunk)
+    assert held < (2 + extra) * size + scratch, held / size

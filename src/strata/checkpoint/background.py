@@ -81,8 +81,10 @@ class AsyncCheckpointer:
     Args:
         full_every: every ``full_every``-th save is a full snapshot; the others are deltas
             against the previous save (1: always full).
-        max_pending: saves that may wait in memory for the writer; a ``save`` beyond that
-            blocks until the oldest is written (bounded host memory).
+        max_pending: saves held in memory until written (the one being written included); a
+            ``save`` beyond that blocks, before it copies anything, until the oldest is written.
+            Host memory holds at most ``max_pending`` snapshots, one more while a delta is coded
+            against the previous save, and the coded bytes of the one being written.
         workers: coding threads (default: all cores).
         lazy: ``save()`` returns before the copies to host memory are done (see the module's
             contract: :meth:`wait_for_capture` or :meth:`guard` before the state changes).
@@ -122,10 +124,11 @@ class AsyncCheckpointer:
         self.full_every = full_every
         self.workers = workers
         self.lazy, self.debug = lazy, debug
-        self._buffers = capture.HostBuffers(keep=max_pending + 1)  # (what the pending saves can use)
+        self._buffers = capture.HostBuffers(keep=max_pending + 1)  # (the pending saves and a delta's base)
         self._streams: dict = {}  # the capture stream of each CUDA device
         self._captures: list[capture.Capture] = []  # the saves' captures not yet waited for
-        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._queue: queue.Queue = queue.Queue()
+        self._slots = threading.BoundedSemaphore(max_pending)  # saves held in memory, not yet written
         self._error: BaseException | None = None
         self._count = 0
         self._prev: tuple[str, io.Snapshot] | None = None  # entry (io.entry) and snapshot of the last save
@@ -150,16 +153,20 @@ class AsyncCheckpointer:
             from ``debug``).
         """
         self._raise()
-        skeleton, tensors = flatten(state_dict, lazy=True)
-        pinned = any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
-        started = []
-        snap = io.group(skeleton, tensors, alloc=lambda n: self._buffers.get(n, pinned),
-                        copy=lambda pairs: started.append(capture.start(pairs, lazy=self.lazy, debug=self.debug,
-                                                                        streams=self._streams)))
+        self._slots.acquire()  # (before the copy: at most max_pending snapshots wait in memory)
+        try:
+            skeleton, tensors = flatten(state_dict, lazy=True)
+            pinned = any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
+            started = []
+            snap = io.group(skeleton, tensors, alloc=lambda n: self._buffers.get(n, pinned),
+                            copy=lambda pairs: started.append(capture.start(pairs, lazy=self.lazy, debug=self.debug,
+                                                                            streams=self._streams)))
+        except BaseException:
+            self._slots.release()
+            raise
         self._captures = [c for c in self._captures if not c.done()] + started
-        full = self._count % self.full_every == 0
+        self._queue.put((snap, Path(path), self._count, started[0]))  # (save number i is full when i % full_every == 0)
         self._count += 1
-        self._queue.put((snap, Path(path), full, started[0]))
 
     @property
     def capturing(self) -> bool:
@@ -204,21 +211,30 @@ class AsyncCheckpointer:
             try:
                 if item is None:
                     return
-                snap, path, full, cap = item
+                snap, path, i, cap = item
+                full = i % self.full_every == 0
                 cap.wait()
                 dest = io.entry(path)
                 self._free_dependents(dest)
                 base = None if full or dest in self._files else self._base(dest)
+                if base is None and self._prev is not None:  # (no delta on it: its buffers are free now)
+                    self._recycle(self._prev[1])
+                    self._prev = None
                 base_file = base and os.path.basename(base[0])
                 self._write(path, io.encode_parts(snap, base and base[1], base_file, self.workers))
                 self._wrote(dest, base and base[0])
                 old, self._prev = self._prev, (dest, snap)
                 if old is not None:
                     self._recycle(old[1])
+                if (i + 1) % self.full_every == 0:  # (the next save is full: no delta on this one)
+                    self._recycle(snap)
+                    self._prev = None
             except BaseException as exc:  # surfaces in save() or wait()
                 self._error = exc
                 self._prev = None
             finally:
+                if item is not None:
+                    self._slots.release()
                 self._queue.task_done()
 
     def _intact(self, e: str) -> bool:

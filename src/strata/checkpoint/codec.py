@@ -207,28 +207,31 @@ def _decode_chunk_into(buf, pos, end, itemsize, rotate, scratch, out):
 
 
 _SCRATCH = threading.local()
+#: Fewest bytes of a block of :class:`_Records`.
+RECORD_BLOCK = 1 << 20
 
 class _Records:
-    """Where the encoder keeps a segment's chunk records: one buffer of the segment's size
-    (records are rarely larger than their chunk; one that does not fit starts another), each
-    record copied in at the next free place (a lock guards only that place). The records are
-    views of it. A new bytes object per record had the kernel map and zero new pages for each,
-    and the page faults of many threads contend (fp32 encoding ran at 0.63 GiB/s on one thread,
-    with minor faults over 2.3x the state's bytes; 1.3 GiB/s without)."""
+    """Where the encoder keeps a segment's chunk records: blocks of an eighth of the segment
+    (at least ``RECORD_BLOCK`` bytes, or the record), each record copied in at the next free
+    place of the current block (a lock guards only that place). The records are views of them,
+    so what is held is the coded bytes and at most a block more. A new bytes object per record
+    had the kernel map and zero new pages for each, and the page faults of many threads contend
+    (fp32 encoding ran at 0.63 GiB/s on one thread, with minor faults over 2.3x the state's
+    bytes; 1.3 GiB/s without)."""
 
     def __init__(self, n: int):
         self.lock = threading.Lock()
-        self.buf, self.at, self.left = np.empty(n, np.uint8), 0, n
+        self.block = max(RECORD_BLOCK, -(-n // 8))
+        self.buf, self.at = np.empty(0, np.uint8), 0
 
     def keep(self, rec: np.ndarray) -> memoryview:
         """A view of a copy of ``rec`` (uint8) that lives as long as the view."""
         m = rec.size
         with self.lock:
-            if self.buf.size - self.at < m:  # (the rest of the segment's bytes, at least this record)
-                self.buf, self.at = np.empty(max(m, self.left), np.uint8), 0
+            if self.buf.size - self.at < m:
+                self.buf, self.at = np.empty(max(m, self.block), np.uint8), 0
             buf, at = self.buf, self.at
             self.at += m
-            self.left = max(self.left - m, 0)
         dst = buf[at:at + m]
         dst[:] = rec
         return memoryview(dst)

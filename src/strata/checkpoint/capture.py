@@ -101,7 +101,6 @@ class Capture:
     def __init__(self, pairs, events, thread, sums):
         self._pairs, self._events, self._thread, self._sums = pairs, events, thread, sums
         self._lock = threading.Lock()
-        self._checked = False
         self._changed = ""  # why the check failed (every wait raises it)
 
     def done(self) -> bool:
@@ -111,7 +110,7 @@ class Capture:
     def wait(self) -> None:
         """Wait until every copy has finished; with ``debug``, then compare the captured bytes
         with the checksums taken at the start (once, whoever waits first; every wait raises
-        what it found).
+        what it found). The sources are no longer referenced after it.
 
         Raises:
             StateChangedError: a tensor changed while it was being captured (``debug`` only).
@@ -121,8 +120,7 @@ class Capture:
         if self._thread is not None:
             self._thread.join()
         with self._lock:
-            if not self._checked and self._sums is not None:
-                self._checked = True
+            if self._sums is not None:
                 for (out, d), sums in zip(self._pairs, self._sums):
                     want = tuple(None if s is None else int(s) for s in sums)
                     if _host_sums(out, d.tensor.element_size()) != want:
@@ -130,6 +128,7 @@ class Capture:
                                          f"changed while the checkpoint was capturing it: wait for the capture "
                                          f"(wait_for_capture() or guard(optimizer)) before changing the state")
                         break
+            self._pairs, self._sums = (), None  # (no reference to the sources once they are copied)
         if self._changed:
             raise StateChangedError(self._changed)
 

@@ -114,6 +114,9 @@ def test_host_buffers_are_recycled_and_bounded():
     again = [bufs.get(1000) for _ in range(3)]
     assert sum(any(x is y for y in (a, b, c)) for x in again) == 2
     assert isinstance(bufs.get(10), np.ndarray) and bufs.get(10).size == 10
+    pinned = bufs.get(1 << 16, pinned=True)  # (ordinary memory where pinning is refused: no CUDA here)
+    pinned[:] = 7
+    assert pinned.size == 1 << 16 and pinned.dtype == np.uint8 and (pinned == 7).all()
 
 
 def test_wait_for_capture_waits_for_every_save_so_far(tmp_path, gate):

@@ -35,10 +35,15 @@ _INT_VIEW = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 def pinned_buffer(n: int) -> np.ndarray:
     """A page-locked host buffer of ``n`` bytes: a NumPy view of a torch tensor allocated with
     ``pin_memory=True`` (the view keeps it alive). Copies between it and a GPU run
-    asynchronously, by DMA, without staging."""
+    asynchronously, by DMA, without staging. Where pinning is refused (no page-locked memory
+    left for a state this large) the buffer is ordinary memory: the copies are then synchronous,
+    the bytes the same."""
     import torch
 
-    return torch.empty(n, dtype=torch.uint8, pin_memory=True).numpy()
+    try:
+        return torch.empty(n, dtype=torch.uint8, pin_memory=True).numpy()
+    except RuntimeError:
+        return np.empty(n, np.uint8)
 
 
 class HostBuffers:

@@ -133,3 +133,17 @@ def test_wait_for_capture_waits_for_every_save_so_far(tmp_path, gate):
             model.weight.zero_()
     assert all(torch.equal(ck.load(tmp_path / "1.strata")[k], first[k]) for k in first)
     assert torch.equal(ck.load(tmp_path / "2.strata")["again"]["weight"], first["weight"])
+
+
+def test_reserved_buffers_take_the_first_saves(tmp_path, gate):
+    model, _ = model_and_optimizer()
+    gate.set()
+    with ck.AsyncCheckpointer(workers=1, max_pending=2) as saver:
+        saver.reserve(model.state_dict())
+        reserved = {a.ctypes.data for free in saver._buffers._free.values() for a in free}
+        assert len(reserved) == 3  # (max_pending + 1 buffers of the one float32 segment)
+        for i in range(3):
+            saver.save(model.state_dict(), tmp_path / f"r{i}.strata")
+            saver.wait()
+            assert saver._prev[1].segments[0].ctypes.data in reserved  # no new buffer
+    assert torch.equal(ck.load(tmp_path / "r2.strata")["weight"], model.weight)

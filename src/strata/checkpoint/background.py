@@ -168,6 +168,24 @@ class AsyncCheckpointer:
         self._queue.put((snap, Path(path), self._count, started[0]))  # (save number i is full when i % full_every == 0)
         self._count += 1
 
+    def reserve(self, state_dict, count: int | None = None) -> None:
+        """Allocate now, and touch, the host buffers that ``count`` saves of states shaped like
+        ``state_dict`` need (default: all the checkpointer keeps, ``max_pending + 1``): pinned
+        for tensors on a GPU. The saves then copy into memory already mapped (and page-locked)
+        from the first one on, as DataStates-LLM preallocates its host buffers; without it the
+        first saves pay for the allocation (page faults; pinning, which takes long for GBs).
+        Nothing is copied from ``state_dict``."""
+        held = []
+        for _ in range(self._buffers.keep if count is None else count):
+            skeleton, tensors = flatten(state_dict, lazy=True)
+            pinned = any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
+            snap = io.group(skeleton, tensors, alloc=lambda n, p=pinned: self._buffers.get(n, p),
+                            copy=lambda pairs: None)
+            for seg in snap.segments:
+                seg.fill(0)  # (maps the pages now)
+            held += snap.segments
+        self._buffers.put(held)
+
     @property
     def capturing(self) -> bool:
         """Whether copies of a save to host memory are still running (lazy mode)."""

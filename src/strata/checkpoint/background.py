@@ -50,7 +50,7 @@ from pathlib import Path
 from ..atomic import atomic_path
 from ..errors import InvalidInputError, StateChangedError
 from . import capture, io
-from .state import TorchBytes, flatten
+from .state import flatten, on_device
 
 
 class _Removed(Exception):
@@ -155,12 +155,9 @@ class AsyncCheckpointer:
         self._raise()
         self._slots.acquire()  # (before the copy: at most max_pending snapshots wait in memory)
         try:
-            skeleton, tensors = flatten(state_dict, lazy=True)
-            pinned = any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
             started = []
-            snap = io.group(skeleton, tensors, alloc=lambda n: self._buffers.get(n, pinned),
-                            copy=lambda pairs: started.append(capture.start(pairs, lazy=self.lazy, debug=self.debug,
-                                                                            streams=self._streams)))
+            snap = self._group(state_dict, lambda pairs: started.append(
+                capture.start(pairs, lazy=self.lazy, debug=self.debug, streams=self._streams)))
         except BaseException:
             self._slots.release()
             raise
@@ -177,14 +174,18 @@ class AsyncCheckpointer:
         Nothing is copied from ``state_dict``."""
         held = []
         for _ in range(self._buffers.keep if count is None else count):
-            skeleton, tensors = flatten(state_dict, lazy=True)
-            pinned = any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
-            snap = io.group(skeleton, tensors, alloc=lambda n, p=pinned: self._buffers.get(n, p),
-                            copy=lambda pairs: None)
+            snap = self._group(state_dict, lambda pairs: None)
             for seg in snap.segments:
                 seg.fill(0)  # (maps the pages now)
             held += snap.segments
         self._buffers.put(held)
+
+    def _group(self, state_dict, copy) -> io.Snapshot:
+        """``state_dict``'s snapshot in host buffers of the pool (pinned if a tensor is on a
+        GPU), its tensors' bytes handed to ``copy`` (:func:`strata.checkpoint.io.group`)."""
+        skeleton, tensors = flatten(state_dict, lazy=True)
+        pinned = on_device(tensors)
+        return io.group(skeleton, tensors, alloc=lambda n: self._buffers.get(n, pinned), copy=copy)
 
     @property
     def capturing(self) -> bool:

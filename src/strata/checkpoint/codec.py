@@ -210,6 +210,7 @@ _SCRATCH = threading.local()
 #: Fewest bytes of a block of :class:`_Records`.
 RECORD_BLOCK = 1 << 20
 
+
 class _Records:
     """Where the encoder keeps a segment's chunk records: blocks of an eighth of the segment
     (at least ``RECORD_BLOCK`` bytes, or the record), each record copied in at the next free

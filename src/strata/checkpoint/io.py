@@ -61,7 +61,7 @@ from ..errors import CorruptStreamError, FormatError, InvalidInputError, Resourc
 from . import codec
 from .capture import pinned_buffer
 from .ranges import Ranges
-from .state import NUMPY_DTYPES, TORCH_NAMES, Tensor, TorchBytes, check_skeleton, flatten, unflatten
+from .state import NUMPY_DTYPES, TORCH_NAMES, Tensor, TorchBytes, check_skeleton, flatten, on_device, unflatten
 
 #: Largest decoded segment strata will allocate (1 TiB); larger ones raise ``ResourceLimitError``.
 MAX_SEGMENT_BYTES = codec.MAX_BYTES
@@ -594,8 +594,7 @@ def save(state_dict, path, base=None, workers: int | None = None) -> None:
     """
     path = Path(path)
     skeleton, tensors = flatten(state_dict, lazy=True)
-    on_gpu = any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
-    snap = group(skeleton, tensors, alloc=pinned_buffer if on_gpu else None)  # (GPU tensors: one copy, pinned)
+    snap = group(skeleton, tensors, alloc=pinned_buffer if on_device(tensors) else None)  # (GPU: one copy, pinned)
     base_snap, base_file = _read_base(base, path, workers)
     write(path, encode_parts(snap, base_snap, base_file, workers))
 

@@ -91,6 +91,12 @@ class TorchBytes:
             ctypes.memmove(out.ctypes.data, self.tensor.data_ptr(), self.size)
 
 
+def on_device(tensors) -> bool:
+    """Whether any of these :class:`Tensor` entries still has its bytes on a GPU (a lazy
+    :func:`flatten`'s): their host buffers are then best pinned."""
+    return any(isinstance(t.data, TorchBytes) and t.data.on_device for t in tensors)
+
+
 def tensor_bytes(x, copy: bool = False, lazy: bool = False) -> tuple[str, str, tuple[int, ...], object]:
     """``(kind, dtype name, shape, uint8 bytes)`` of a torch tensor or NumPy array; with
     ``lazy``, the bytes of a torch tensor come as :class:`TorchBytes` (the caller copies them

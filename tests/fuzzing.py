@@ -84,7 +84,9 @@ def worker_env() -> dict:
 
 # ============================================================================ the field tree
 class F:
-    """A field: ``kind`` ``u8``, ``u32``, ``u64``, ``varint``, ``f32``, ``f64``, ``bytes`` or ``json``.
+    """A field: ``kind`` ``u8``, ``u32``, ``u64``, ``varint``, ``varint3`` (a varint padded to at
+    least 3 bytes, as a checkpoint writer leaves its chunk lengths), ``f32``, ``f64``, ``bytes`` or
+    ``json``.
 
     ``auto`` (a callable) computes the value at serialization (a length, a count, a CRC) until a
     mutation sets the field; ``raw`` replaces the field's encoding (a malformed varint, the
@@ -114,12 +116,12 @@ class G:
 _MEMO: dict | None = None
 
 
-def _varint(v: int) -> bytes:
+def _varint(v: int, width: int = 1) -> bytes:
     out = bytearray()
     v = int(v)
     if v < 0:
         v &= (1 << 70) - 1
-    while v >= 0x80:
+    while v >= 0x80 or len(out) + 1 < width:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
     out.append(v)
@@ -155,6 +157,8 @@ def _encode(kind: str, v) -> bytes:
         return struct.pack("<Q", int(v) & 0xFFFFFFFFFFFFFFFF)
     if kind == "varint":
         return _varint(v)
+    if kind == "varint3":
+        return _varint(v, 3)
     if kind == "f64":
         return struct.pack("<d", float(v))
     if kind == "f32":
@@ -634,9 +638,11 @@ def _segment_record(b: bytes) -> G:
     r = _Bytes(b)
     S = "segment: "
     n_bytes, code, flags, chunk_bytes, n_chunks = r.varint(), r.u8(), r.u8(), r.varint(), r.varint()
-    lens = []
+    lens, kind = [], "varint"
     for _ in range(n_chunks):
+        at = r.pos
         lens.append(r.varint())
+        kind = "varint3" if r.pos - at == 3 else kind  # (padded by the writer)
         r.u32()
     v3 = bool(flags & _SEGMENT_CRC32C)
     if v3:
@@ -657,7 +663,7 @@ def _segment_record(b: bytes) -> G:
     if r.pos != len(b):
         raise ValueError("segment has trailing bytes")
     index = _seq_auto(S + "chunk index", lambda: len(chunks.items),
-                      lambda i: G([F("varint", 0, S + "chunk index length", auto=lambda: len(ser(_at(chunks, i)))),
+                      lambda i: G([F(kind, 0, S + "chunk index length", auto=lambda: len(ser(_at(chunks, i)))),
                                    F("u32", 0, S + "chunk index CRC", auto=lambda: check(_at(chunks, i)))],
                                   S + "chunk index"))
     head = G([F("varint", n_bytes, S + "n_bytes"), F("u8", code, S + "dtype code"), F("u8", flags, S + "flags"),
@@ -710,7 +716,8 @@ def parse_checkpoint(blob: bytes) -> G:
         return obj
 
     doc = F("json", h, "checkpoint header JSON", fix=fix)
-    header = G([doc], "header")
+    pad = hbytes[len(hbytes.rstrip(b" ")):]  # (spaces filling the room a writer left for it)
+    header = G([doc, F("bytes", pad, "checkpoint header: padding")] if pad else [doc], "header")
     return G([pre, header, _finish_container(pre, header), st_group, records], "file")
 
 
@@ -951,7 +958,7 @@ def mutate_field(rng: random.Random, leaf: F) -> None:
         raise ValueError("use mutate_json")
     cur = leaf.auto() if leaf.auto is not None else leaf.value
     leaf.auto = None
-    if leaf.kind == "varint":
+    if leaf.kind in ("varint", "varint3"):
         if rng.random() < 0.1:
             leaf.raw = _malformed_varint(rng, cur)
         else:
@@ -1688,10 +1695,10 @@ def _build_checkpoints(folder: Path, rng) -> None:
     from strata.checkpoint import io as ckio
     from strata.checkpoint.state import flatten
 
-    def snapshot_bytes(state, ident, base=None, base_file=None):
+    def snapshot_file(state, ident, name, base=None, base_file=None):
         snap = ckio.group(*flatten(state))
         snap.id = ident
-        return ckio.encode(snap, base, base_file)
+        ckio.write_snapshot(folder / name, snap, base, base_file)  # (chunk by chunk, headers last)
 
     if torch is not None:
         g = torch.Generator().manual_seed(0)
@@ -1704,8 +1711,7 @@ def _build_checkpoints(folder: Path, rng) -> None:
              "step": 7, "opt": {"lr": 0.1, "betas": (0.9, 0.99), 3: "int key"},
              "ids": np.arange(100, dtype=np.int64), "flags": np.array([True, False, True]),
              "empty": np.zeros((0, 3), np.float32), "half": half}
-    full = snapshot_bytes(state, "0123456789abcdef0123456789abcdef")
-    (folder / "ckpt_full.strata").write_bytes(full)
+    snapshot_file(state, "0123456789abcdef0123456789abcdef", "ckpt_full.strata")
     state2 = dict(state)
     state2["model"] = dict(state["model"])
     w = w0.clone() if torch is not None else w0.copy()
@@ -1713,18 +1719,16 @@ def _build_checkpoints(folder: Path, rng) -> None:
     state2["model"]["w"] = w
     state2["step"] = 8
     base_snap = ckio.read(folder / "ckpt_full.strata")
-    delta = snapshot_bytes(state2, "fedcba9876543210fedcba9876543210", base_snap, "ckpt_full.strata")
-    (folder / "ckpt_delta.strata").write_bytes(delta)
+    snapshot_file(state2, "fedcba9876543210fedcba9876543210", "ckpt_delta.strata", base_snap, "ckpt_full.strata")
     big = np.concatenate([rng.standard_normal(100_000) * 1e-3, rng.standard_normal(100_000) * 10,
                           np.zeros(60_000), rng.integers(0, 4, 40_000)]).astype(np.float32)
-    bigb = snapshot_bytes({"big": big, "x": np.float64(1.0)}, "00000000000000000000000000000001")
-    (folder / "ckpt_big.strata").write_bytes(bigb)
+    snapshot_file({"big": big, "x": np.float64(1.0)}, "00000000000000000000000000000001", "ckpt_big.strata")
     st_bytes = _safetensors({"a": np.cumsum(rng.standard_normal((30, 20)), axis=1).astype(np.float32),
                              "b": np.arange(17, dtype=np.int64), "c": rng.standard_normal(9).astype(np.float16)},
                             {"format": "np"})
     snap = ckio.safetensors_snapshot(st_bytes)
     snap.id = "00000000000000000000000000000002"
-    (folder / "ckpt_st.strata").write_bytes(ckio.encode(snap))
+    ckio.write_snapshot(folder / "ckpt_st.strata", snap)
 
 
 def _safetensors(tensors: dict, metadata: dict) -> bytes:

@@ -201,18 +201,18 @@ def test_atomic_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("crash while coding")
 
-    monkeypatch.setattr(codec, "encode_parts", boom)
+    monkeypatch.setattr(codec, "encode_to", boom)
     with pytest.raises(RuntimeError):
         ck.save({"x": np.arange(6.0)}, path)
     assert np.array_equal(ck.load(path)["x"], np.arange(5.0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.strata"]
     monkeypatch.undo()
 
-    def disk_full(*a, **k):  # the file is written part by part: the disk fills up after the first
-        yield b"STRA, the first part"
+    def disk_full(write, *a, **k):  # chunks are written as they are coded: the disk fills up after the first
+        write(b"the first chunk")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ck.io, "encode_parts", disk_full)
+    monkeypatch.setattr(codec, "encode_to", disk_full)
     with pytest.raises(OSError, match="No space"):
         ck.save({"x": np.arange(6.0)}, path)
     assert np.array_equal(ck.load(path)["x"], np.arange(5.0))
@@ -315,3 +315,33 @@ def test_cli_ckpt_round_trip(tmp_path):
     shutil.copy(src, tmp_path / "m2.safetensors")
     r = CliRunner().invoke(main, ["ckpt", "compress", str(tmp_path / "m2.safetensors"), "--base", str(src) + ".strata"])
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_written_chunk_by_chunk_holds_the_records_coded_in_memory(tmp_path, workers):
+    """write_snapshot writes each chunk as it is coded (a ring of two records a thread, which
+    wraps around many times here) and the headers last, into the room left for them: the same
+    records as the in-memory encoding and the same JSON header (but for the spaces that fill
+    its room), for a full snapshot and a delta on it."""
+    from strata.checkpoint import io, state
+
+    rng = np.random.default_rng(8)
+    values = {"w": rng.standard_normal(3 << 20).astype(np.float32), "b": np.arange(1000, dtype=np.int64),
+              "h": (rng.standard_normal(1 << 20).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)}
+    base = None
+    for i in range(2):
+        values["w"][: 1 << 16] += 1
+        snap = io.group(*state.flatten(values, lazy=True))
+        path, whole = tmp_path / f"s{i}.strata", tmp_path / f"whole{i}.strata"
+        io.write_snapshot(path, snap, base, base and "s0.strata", workers=workers)
+        crc = snap.file_crc
+        parts = io.encode_parts(snap, base, base and "s0.strata", workers=workers)
+        io.write(whole, parts)
+        records = b"".join(bytes(p) for p in parts[1:])
+        assert path.read_bytes().endswith(records) and path.stat().st_size >= whole.stat().st_size
+        assert io.header(path) == io.header(whole) and io.header(path)["segments"][0]["delta"] == (i == 1)
+        snap.file_crc = crc  # (that of the file written first, the base of the next)
+        base = snap
+    back = ck.load(tmp_path / "s1.strata")
+    for k in values:
+        assert np.array_equal(back[k], values[k])

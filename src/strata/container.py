@@ -239,12 +239,16 @@ class Writer:
         self.buf += struct.pack("<d", v)
         return self
 
-    def varint(self, v: int) -> Writer:
+    def varint(self, v: int, width: int = 1) -> Writer:
+        """``v`` as a varint of at least ``width`` bytes (continuation bytes of zero bits pad
+        it: every reader accepts them), so that a field written before its value is known
+        keeps its place."""
         if v < 0:
             raise ValueError("varint must be non-negative")
-        while v >= 0x80:
+        while v >= 0x80 or width > 1:
             self.buf.append((v & 0x7F) | 0x80)
             v >>= 7
+            width -= 1
         self.buf.append(v)
         return self
 

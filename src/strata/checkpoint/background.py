@@ -83,8 +83,9 @@ class AsyncCheckpointer:
             against the previous save (1: always full).
         max_pending: saves held in memory until written (the one being written included); a
             ``save`` beyond that blocks, before it copies anything, until the oldest is written.
-            Host memory holds at most ``max_pending`` snapshots, one more while a delta is coded
-            against the previous save, and the coded bytes of the one being written.
+            Host memory holds at most ``max_pending`` snapshots, and one more while a delta is
+            coded against the previous save or its buffers wait for the next save (the coded
+            chunks are written as they are coded).
         workers: coding threads (default: all cores).
         lazy: ``save()`` returns before the copies to host memory are done (see the module's
             contract: :meth:`wait_for_capture` or :meth:`guard` before the state changes).
@@ -240,7 +241,7 @@ class AsyncCheckpointer:
                     self._recycle(self._prev[1])
                     self._prev = None
                 base_file = base and os.path.basename(base[0])
-                self._write(path, io.encode_parts(snap, base and base[1], base_file, self.workers))
+                self._write(path, snap, base and base[1], base_file)
                 self._wrote(dest, base and base[0])
                 old, self._prev = self._prev, (dest, snap)
                 if old is not None:
@@ -299,12 +300,12 @@ class AsyncCheckpointer:
                 snap = self._prev[1]  # the last save, still in memory
             else:
                 snap = io.read(e, self.workers)
-            self._write(e, io.encode_parts(snap, None, None, self.workers))
+            self._write(e, snap)
             self._wrote(e, None)
 
-    def _write(self, path, parts) -> None:
-        """Write a file (atomically), then queue its copy to ``flush_to``."""
-        io.write(path, parts)
+    def _write(self, path, snap: io.Snapshot, base: io.Snapshot | None = None, base_file: str | None = None) -> None:
+        """Write a file (atomically; a delta on ``base`` if given), then queue its copy to ``flush_to``."""
+        io.write_snapshot(path, snap, base, base_file, self.workers)
         if self._flusher is not None:
             self._flushes.put(Path(path))
 

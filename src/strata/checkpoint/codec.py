@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
 from crc32c import crc32c as _crc32c
@@ -45,6 +46,9 @@ CHUNK_BYTES = 1 << 20
 MAX_CHUNK_BYTES = 1 << 22
 #: Largest segment :func:`decode` allocates unless its caller sets a smaller limit (1 TiB).
 MAX_BYTES = 1 << 40
+#: Bytes of each chunk length in a record head the encoder writes (a varint padded to this
+#: width: 21 bits, enough for the longest record of a ``CHUNK_BYTES`` chunk).
+_LENGTH_WIDTH = 3
 #: Flag bits of a segment record.
 DELTA, CRC32C = 1, 2
 #: Fewest bytes of a record's head (``n_bytes``, dtype, flags, ``chunk_bytes``, ``n_chunks``),
@@ -79,6 +83,25 @@ _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
 
+def _submit(k: int, fn, *args) -> Future:
+    """``fn(*args)`` on the shared pool of ``k`` threads (made on first use, kept for the
+    process); run here, at once, once the interpreter is shutting down: its pools then take no
+    more work, and an ``atexit`` handler may still be writing a checkpoint."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(k)
+        if pool is None:
+            pool = _POOLS[k] = ThreadPoolExecutor(k, thread_name_prefix="strata-codec")
+    try:
+        return pool.submit(fn, *args)
+    except RuntimeError:  # (cannot schedule new futures after interpreter shutdown)
+        done = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:
+            done.set_exception(exc)
+        return done
+
+
 def run_parallel(fn, n: int, workers: int | None = None) -> list:
     """``[fn(0), ..., fn(n - 1)]`` on ``workers`` threads (default: all cores; the chunk coders
     release the GIL): the calling thread and ``workers - 1`` of a shared pool, each taking the
@@ -90,10 +113,6 @@ def run_parallel(fn, n: int, workers: int | None = None) -> list:
     w = min(n, workers or threads())
     if w <= 1:
         return [fn(c) for c in range(n)]
-    with _POOLS_LOCK:
-        pool = _POOLS.get(w - 1)
-        if pool is None:
-            pool = _POOLS[w - 1] = ThreadPoolExecutor(w - 1, thread_name_prefix="strata-codec")
     out = [None] * n
     items = iter(range(n))  # (shared: next() on a range iterator is atomic under the GIL)
     failed = []
@@ -108,7 +127,7 @@ def run_parallel(fn, n: int, workers: int | None = None) -> list:
                 failed.append(exc)
                 return
 
-    helpers = [pool.submit(work) for _ in range(w - 1)]
+    helpers = [_submit(w - 1, work) for _ in range(w - 1)]
     work()
     for h in helpers:
         h.result()
@@ -209,20 +228,41 @@ def _decode_chunk_into(buf, pos, end, itemsize, rotate, scratch, out):
 _SCRATCH = threading.local()
 #: Fewest bytes of a block of :class:`_Records`.
 RECORD_BLOCK = 1 << 20
+#: Room per chunk beyond its bytes in a slot of :class:`_Ring` (a record rarely exceeds its
+#: chunk; one that does not fit is copied to memory of its own).
+RECORD_SLACK = 1 << 12
+
+
+class _Ring:
+    """``size`` slots of a chunk's record each, reused in turn: the record of chunk ``c`` is
+    kept in slot ``c % size`` until it is written, which happens before chunk ``c + size`` is
+    coded (see :func:`encode_to`)."""
+
+    def __init__(self, size: int):
+        self.slots = [np.empty(CHUNK_BYTES + RECORD_SLACK, np.uint8) for _ in range(size)]
+
+    def keeper(self, c: int):
+        """``keep(rec)`` of chunk ``c``: a view of a copy of ``rec`` (uint8) in its slot."""
+        slot = self.slots[c % len(self.slots)]
+
+        def keep(rec: np.ndarray) -> memoryview:
+            dst = slot[:rec.size] if rec.size <= slot.size else np.empty(rec.size, np.uint8)
+            dst[:] = rec
+            return memoryview(dst)
+        return keep
 
 
 class _Records:
-    """Where the encoder keeps a segment's chunk records: blocks of an eighth of the segment
-    (at least ``RECORD_BLOCK`` bytes, or the record), each record copied in at the next free
-    place of the current block (a lock guards only that place). The records are views of them,
-    so what is held is the coded bytes and at most a block more. A new bytes object per record
-    had the kernel map and zero new pages for each, and the page faults of many threads contend
-    (fp32 encoding ran at 0.63 GiB/s on one thread, with minor faults over 2.3x the state's
-    bytes; 1.3 GiB/s without)."""
+    """Where the encoder keeps chunk records: blocks of ``block`` bytes (or the record), each
+    record copied in at the next free place of the current block (a lock guards only that
+    place). The records are views of them, so what is held is the coded bytes and at most a
+    block more. A new bytes object per record had the kernel map and zero new pages for each,
+    and the page faults of many threads contend (fp32 encoding ran at 0.63 GiB/s on one thread,
+    with minor faults over 2.3x the state's bytes; 1.3 GiB/s without)."""
 
-    def __init__(self, n: int):
+    def __init__(self, block: int):
         self.lock = threading.Lock()
-        self.block = max(RECORD_BLOCK, -(-n // 8))
+        self.block = max(RECORD_BLOCK, block)
         self.buf, self.at = np.empty(0, np.uint8), 0
 
     def keep(self, rec: np.ndarray) -> memoryview:
@@ -285,11 +325,42 @@ def encode(data, dtype: str, base=None, workers: int | None = None) -> bytes:
 
 def encode_parts(read, n: int, dtype: str, base=None, workers: int | None = None) -> list:
     """The segment record of ``n`` bytes that ``read`` gives chunk by chunk, as the parts to
-    write one after another (bytes-like): its head, then each chunk (views of one buffer). The
-    segment need not lie in memory whole (a safetensors file's tensors are read from the file
-    one chunk at a time).
+    write one after another (bytes-like): its head, then each chunk (views of buffers of an
+    eighth of the segment). Arguments as :func:`encode_to`.
+
+    Raises:
+        InvalidInputError: ``base`` has another length.
+    """
+    parts: list = []
+    head = encode_to(parts.append, read, n, dtype, base, workers)
+    return [head, *parts]
+
+
+def head_bytes(n: int) -> int:
+    """Bytes of the head of the record of a segment of ``n`` bytes: its chunk lengths are
+    written with a fixed width (:data:`_LENGTH_WIDTH`), so the head's size is known before the
+    chunks are coded and a writer can leave room for it."""
+    n_chunks = -(-n // CHUNK_BYTES)
+    fields = _varint_bytes(n) + 2 + _varint_bytes(CHUNK_BYTES) + _varint_bytes(n_chunks)
+    return fields + n_chunks * (_LENGTH_WIDTH + 4) + 4
+
+
+def _varint_bytes(v: int) -> int:
+    return max(1, -(-v.bit_length() // 7))
+
+
+def encode_to(write, read, n: int, dtype: str, base=None, workers: int | None = None,
+              stream: bool = False) -> bytes:
+    """Code the segment of ``n`` bytes that ``read`` gives chunk by chunk, handing its chunk
+    records to ``write`` in order; returns the record's head, which precedes the chunks in the
+    record (:func:`head_bytes` long). The segment need not lie in memory whole (a safetensors
+    file's tensors are read from the file one chunk at a time), nor, with ``stream``, its
+    record: ``workers`` threads of a shared pool code the chunks while the calling thread
+    writes them, at most two per thread coded ahead of the one written.
 
     Args:
+        write: ``write(record)``, each chunk's record (bytes-like), in order; with ``stream``
+            it is valid until ``write`` returns, else it lives as long as the view.
         read: ``read(lo, hi)`` gives bytes ``lo .. hi`` of the segment as a uint8 array; it is
             called from several threads at once, and the array it returns may be reused once
             the same thread calls it again.
@@ -298,6 +369,8 @@ def encode_parts(read, n: int, dtype: str, base=None, workers: int | None = None
             of elements, is coded as bytes (``"U8"``).
         base: optional bytes-like of ``n`` bytes to XOR the segment with (see :func:`encode`).
         workers: threads (default: all cores).
+        stream: write each record as soon as it and those before it are coded (else once all
+            are, from buffers of an eighth of the segment each).
 
     Raises:
         InvalidInputError: ``base`` has another length.
@@ -310,24 +383,42 @@ def encode_parts(read, n: int, dtype: str, base=None, workers: int | None = None
         if b.size != n:
             raise InvalidInputError(f"base has {b.size} bytes, data {n}")
     n_chunks = -(-n // CHUNK_BYTES)
-    records = _Records(n)
 
-    def one(c):
+    def one(c, keep):
         lo, hi = c * CHUNK_BYTES, min(n, (c + 1) * CHUNK_BYTES)
         chunk = read(lo, hi)
         if base is not None:
             chunk = np.bitwise_xor(chunk, b[lo:hi], out=_scratch(hi - lo, "delta")[:hi - lo])
         out = _scratch(_max_chunk_record(hi - lo, itemsize), "encode")
-        coded = records.keep(out[:_encode_chunk(chunk, itemsize, rotate, out)])
+        coded = keep(out[:_encode_chunk(chunk, itemsize, rotate, out)])
         return coded, crc32c(coded)
 
-    coded = run_parallel(one, n_chunks, workers)
     w = Writer().varint(n).u8(_CODES[dtype]).u8(CRC32C | (DELTA if base is not None else 0))
     w.varint(CHUNK_BYTES).varint(n_chunks)
-    for c, check in coded:
-        w.varint(len(c)).u32(check)
+
+    def emit(result):
+        coded, check = result
+        w.varint(len(coded), _LENGTH_WIDTH).u32(check)
+        write(coded)
+
+    if not stream:
+        records = _Records(-(-n // 8))
+        for result in run_parallel(lambda c: one(c, records.keep), n_chunks, workers):
+            emit(result)
+    else:
+        k = workers or threads()
+        ring, pending = _Ring(min(n_chunks, 2 * k)), deque()
+        try:
+            for c in range(n_chunks):
+                if len(pending) == len(ring.slots):  # (chunk c takes the slot of the oldest: written first)
+                    emit(pending.popleft().result())
+                pending.append(_submit(k, one, c, ring.keeper(c)))
+            while pending:
+                emit(pending.popleft().result())
+        finally:
+            wait(pending)  # (after an error: no thread still codes into the ring)
     head = w.getvalue()
-    return [head + crc32c(head).to_bytes(4, "little"), *(c for c, _ in coded)]
+    return head + crc32c(head).to_bytes(4, "little")
 
 
 #: Layouts tried by :func:`guess_dtype`.
@@ -552,4 +643,4 @@ def decode(buf, base=None, workers: int | None = None, out: np.ndarray | None = 
 
 
 __all__ = ["CHUNK_BYTES", "CRC32C", "DELTA", "DTYPES", "MAX_BYTES", "MAX_CHUNK_BYTES", "Record", "crc32c", "decode",
-           "encode", "encode_parts", "head_checksum", "info", "max_decoded_bytes"]
+           "encode", "encode_parts", "encode_to", "head_bytes", "head_checksum", "info", "max_decoded_bytes"]

@@ -169,31 +169,101 @@ def encode(snap: Snapshot, base: Snapshot | None = None, base_file: str | None =
 def encode_parts(snap: Snapshot, base: Snapshot | None = None, base_file: str | None = None,
                  workers: int | None = None) -> list[bytes]:
     """The checkpoint file, as the parts to write one after another (the container header,
-    the safetensors header, each coded chunk: nothing is copied to join them). Segments
-    matching ``base``'s are stored as XOR deltas against the file ``base_file`` (in the same
-    folder), whose content ``base.file_crc`` identifies. Sets ``snap.file_crc`` and
+    the safetensors header, each coded chunk: nothing is copied to join them); what
+    :func:`write_snapshot` writes, in memory. Arguments, errors and what is set on ``snap`` as
+    there."""
+    pairs = _pairs(snap, base)
+    records, meta = [], []
+    for key, seg, b in pairs:
+        rec = codec.encode_parts(_reader(seg), seg.size, key[0], base=b, workers=workers)
+        records += rec
+        meta.append(_meta(key[0], seg.size, rec[0], sum(map(len, rec)), b is not None))
+    return [_head(snap, base, base_file, meta), *_sections(snap), *records]
+
+
+def write_snapshot(path, snap: Snapshot, base: Snapshot | None = None, base_file: str | None = None,
+                   workers: int | None = None) -> None:
+    """Code ``snap`` and write it to ``path`` atomically, the coded chunks written as they are
+    coded (at most two a thread wait): the coded file is never held in memory. Room is left
+    for the headers, which are written last (the container header's JSON padded with spaces
+    to the room it was given, the chunk lengths of each segment record with a fixed width).
+
+    Segments matching ``base``'s are stored as XOR deltas against the file ``base_file`` (in
+    the same folder), whose content ``base.file_crc`` identifies. Sets ``snap.file_crc`` and
     ``snap.depth``.
 
     Raises:
         InvalidInputError: ``base`` was never written to a file (it has no ``file_crc``); a
             segment beyond ``MAX_SEGMENT_BYTES`` or a header (skeleton and tensor list) beyond
-            the container's ``MAX_HEADER``, which a reader would refuse.
+            the container's ``MAX_HEADER``, which a reader would refuse (nothing is written).
+        OSError: the file cannot be written (``path`` keeps its previous content; nothing is
+            left behind).
+    """
+    pairs = _pairs(snap, base)
+    widest = [_meta(key[0], seg.size, b"\xff" * 4, 1 << 62, b is not None) for key, seg, b in pairs]
+    room = len(_head(snap, base, base_file, widest))  # (no real length or checksum has more digits)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.seek(room)
+        for part in _sections(snap):
+            f.write(part)
+        meta = []
+        for key, seg, b in pairs:
+            at = f.tell()
+            f.seek(at + codec.head_bytes(seg.size))
+            head = codec.encode_to(f.write, _reader(seg), seg.size, key[0], base=b, workers=workers, stream=True)
+            end = f.tell()
+            f.seek(at)
+            f.write(head)
+            f.seek(end)
+            meta.append(_meta(key[0], seg.size, head, end - at, b is not None))
+        f.seek(0)
+        f.write(_head(snap, base, base_file, meta, room))
+
+
+def _pairs(snap: Snapshot, base: Snapshot | None) -> list[tuple]:
+    """Each segment of ``snap`` with its key and the segment of ``base`` it is a delta on
+    (``None``: coded whole).
+
+    Raises:
+        InvalidInputError: a segment beyond ``MAX_SEGMENT_BYTES``.
     """
     base_seg = {} if base is None else {k: s for k, s in zip(base.keys, base.segments)}
-    records, seg_meta = [], []
+    pairs = []
     for key, seg in zip(snap.keys, snap.segments):
         if seg.size > MAX_SEGMENT_BYTES:
             raise InvalidInputError(f"the {key[0]} tensors hold {seg.size} bytes, more than a checkpoint segment "
                                     f"holds (MAX_SEGMENT_BYTES, {MAX_SEGMENT_BYTES})")
         b = base_seg.get(key)
-        if b is not None and b.size != seg.size:
-            b = None
-        read = seg.read if isinstance(seg, Ranges) else (lambda lo, hi, seg=seg: seg[lo:hi])
-        rec = codec.encode_parts(read, seg.size, key[0], base=b, workers=workers)
-        records += rec
-        seg_meta.append(dict(dtype=key[0], nbytes=int(seg.size), length=sum(map(len, rec)),
-                             crc=int.from_bytes(rec[0][-4:], "little"), delta=b is not None))
-    use_base = base is not None and any(m["delta"] for m in seg_meta)
+        pairs.append((key, seg, b if b is not None and b.size == seg.size else None))
+    return pairs
+
+
+def _reader(seg):
+    """``read(lo, hi)`` of a segment (an array, or ranges of a file)."""
+    return seg.read if isinstance(seg, Ranges) else (lambda lo, hi: seg[lo:hi])
+
+
+def _meta(dtype: str, nbytes: int, head: bytes, length: int, delta: bool) -> dict:
+    """A segment's entry in the checkpoint header (its record's head ends with its checksum)."""
+    return dict(dtype=dtype, nbytes=int(nbytes), length=int(length), crc=int.from_bytes(head[-4:], "little"),
+                delta=delta)
+
+
+def _sections(snap: Snapshot) -> list[bytes]:
+    """What follows the container header: a safetensors file's own header and its CRC-32."""
+    return [snap.raw_header, struct.pack("<I", crc32(snap.raw_header))] if snap.raw_header else []
+
+
+def _head(snap: Snapshot, base: Snapshot | None, base_file: str | None, meta: list[dict],
+          room: int | None = None) -> bytes:
+    """The container header (preamble, JSON header, CRC-32) of ``snap`` with segment entries
+    ``meta``, the JSON padded with spaces to ``room`` bytes in all if given. Sets
+    ``snap.file_crc`` and ``snap.depth``.
+
+    Raises:
+        InvalidInputError: ``base`` was never written to a file; a header beyond ``MAX_HEADER``.
+    """
+    use_base = base is not None and any(m["delta"] for m in meta)
     snap.depth = base.depth + 1 if use_base else 0
     tensors = [[t.name, t.kind, t.dtype, list(t.shape), s, off, int(t.data.size)]
                for t, (s, off) in zip(snap.tensors, snap.seg_of)]
@@ -201,16 +271,17 @@ def encode_parts(snap: Snapshot, base: Snapshot | None = None, base_file: str | 
         raise InvalidInputError("the base snapshot was never written to a file: a delta needs its file's checksum")
     header = dict(id=snap.id, source=snap.source,
                   base=dict(file=base_file, id=base.id, crc=base.file_crc) if use_base else None,
-                  skeleton=snap.skeleton, tensors=tensors, segments=seg_meta, safetensors=snap.safetensors)
+                  skeleton=snap.skeleton, tensors=tensors, segments=meta, safetensors=snap.safetensors)
     hb = json.dumps(header, separators=(",", ":")).encode()
+    if room is not None:
+        hb += b" " * (room - len(pack(KIND_CHECKPOINT, hb, [])))
     if len(hb) > MAX_HEADER:
         raise InvalidInputError(f"the checkpoint header (skeleton and tensor list) would take {len(hb)} bytes, more "
                                 f"than a reader accepts ({MAX_HEADER}): store large values other than tensors "
                                 f"as arrays")
-    sections = [snap.raw_header, struct.pack("<I", crc32(snap.raw_header))] if snap.raw_header else []
     head = pack(KIND_CHECKPOINT, hb, [])  # the preamble, the header and its CRC-32
     snap.file_crc = int.from_bytes(head[-4:], "little")
-    return [head, *sections, *records]
+    return head
 
 
 def write(path, parts: list) -> None:
@@ -596,7 +667,7 @@ def save(state_dict, path, base=None, workers: int | None = None) -> None:
     skeleton, tensors = flatten(state_dict, lazy=True)
     snap = group(skeleton, tensors, alloc=pinned_buffer if on_device(tensors) else None)  # (GPU: one copy, pinned)
     base_snap, base_file = _read_base(base, path, workers)
-    write(path, encode_parts(snap, base_snap, base_file, workers))
+    write_snapshot(path, snap, base_snap, base_file, workers)
 
 
 def _read_base(base, path: Path, workers) -> tuple[Snapshot | None, str | None]:
@@ -714,9 +785,9 @@ def compress_safetensors(src, dst, base=None, workers: int | None = None) -> Non
     ``base``, an earlier strata checkpoint of the same model in the same folder; as in
     :func:`save`, a ``dst`` that is ``base`` gets a full snapshot).
 
-    Memory: the coded file (its chunks, kept until it is written) and, with a base, the
-    decoded base; the tensors are read from ``src`` one chunk per thread at a time, never
-    whole (peak resident memory 0.6 to 1.2 times the file size, ``benchmarks/checkpoint_memory.py``).
+    Memory: with a base, the decoded base; the tensors are read from ``src`` one chunk per
+    thread at a time, never whole, and the coded chunks written as they are coded
+    (:func:`write_snapshot`).
 
     Raises:
         FormatError: ``src`` is not a safetensors file, or ``base`` not a readable checkpoint.
@@ -729,9 +800,7 @@ def compress_safetensors(src, dst, base=None, workers: int | None = None) -> Non
     with Source(src) as file:
         snap = safetensors_snapshot(file)
         base_snap, base_file = _read_base(base, Path(dst), workers)
-        parts = encode_parts(snap, base_snap, base_file, workers)
-    del base_snap
-    write(dst, parts)
+        write_snapshot(dst, snap, base_snap, base_file, workers)
 
 
 def decompress_safetensors(src, dst, workers: int | None = None) -> None:

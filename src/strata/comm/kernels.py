@@ -38,6 +38,8 @@ from .quantize import QuantizedTensor, check_bits, check_group_size
 
 _TILE = 2048  # values per dequantizing program; values per quantizing program unless one group is larger
 _SEED_HIGH = 1 << 62
+# no fused multiply-add: products are rounded before they are summed, as the PyTorch reference does
+_EXACT = {"enable_fp_fusion": False}
 
 
 @functools.cache
@@ -179,7 +181,8 @@ def quantize(x: torch.Tensor, bits: int, group_size: int, *, stochastic: bool = 
         _kernels(flat).quantize_kernel[(_cdiv(n_groups, rows),)](
             flat, ref if subtract is not None else flat, codes, scales, _seed(seed, flat.device), n, n_groups,
             GROUP=group_size, BLOCK=block, ROWS=rows, BITS=bits, STOCHASTIC=bool(stochastic),
-            HAS_REF=subtract is not None, ROUND_TO=_tl_dtype(round_to), HADAMARD=bool(hadamard), num_warps=warps)
+            HAS_REF=subtract is not None, ROUND_TO=_tl_dtype(round_to), HADAMARD=bool(hadamard), num_warps=warps,
+            **_EXACT)
     return QuantizedTensor(codes, scales, n, bits, group_size)
 
 
@@ -230,7 +233,7 @@ def requantize_sum(codes: torch.Tensor, scales: torch.Tensor, per: int, in_bits:
         _kernels(codes).requantize_kernel[(_cdiv(n_groups, rows),)](
             codes, codes.stride(0), scales.contiguous(), scales.shape[1], k, per, out, out_scales,
             _seed(seed, codes.device), n_groups, IN_BITS=in_bits, IN_GROUP=in_group_size, GROUP=group_size,
-            BLOCK=block, ROWS=rows, BITS=bits, STOCHASTIC=bool(stochastic), num_warps=warps)
+            BLOCK=block, ROWS=rows, BITS=bits, STOCHASTIC=bool(stochastic), num_warps=warps, **_EXACT)
     return QuantizedTensor(out, out_scales, per, bits, group_size)
 
 
@@ -272,5 +275,5 @@ def dequantize_add(codes: torch.Tensor, scales: torch.Tensor, per: int, bits: in
         _kernels(codes).dequantize_add_kernel[(_cdiv(per, _TILE), k // copies)](
             codes, codes.stride(0), scales.contiguous(), scales.shape[1], copies, per, flat, BITS=bits,
             GROUP=group_size, TILE=_TILE, INVERSE_HADAMARD=bool(inverse_hadamard), ACCUMULATE=bool(accumulate),
-            ROUND_TO=_tl_dtype(round_to), num_warps=8)
+            ROUND_TO=_tl_dtype(round_to), num_warps=8, **_EXACT)
     return out

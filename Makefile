@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml setup.py src/strata/entropy/_rans64.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[test,demo,io,zarr,torch,quality,bench,docs]"
+	$(PY) -m pip install -q -e ".[test,demo,io,zarr,torch,quality,bench,docs,gpu]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -9,11 +9,15 @@ int4 reduce-scatter run), and 1 NCCL rank: the exact arm equals single-process t
 replicas bit-identical on all ranks after every step. Last, FSDP2 (``fully_shard`` on a CUDA mesh) with the
 quantized all-gather and reduce-scatter hooks, on 2 gloo ranks sharing the GPU (FSDP2 on one rank calls no
 collective at all): the hooks run on the GPU's buffers, keep their qWD replicas there, identical on both ranks
-after every step, and the net trains.
+after every step, and the net trains. With Triton installed, the fused kernels (strata.comm.kernels, compiled) pass
+the checks tests/test_comm_kernels.py runs in Triton's interpreter, at larger sizes, and give the collectives' results
+of the PyTorch ops on 2 gloo ranks sharing the GPU (the training above uses them: ``kernels="auto"``).
 """
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
 
 import pytest
 
@@ -38,12 +42,14 @@ from strata.comm.fsdp import QuantizedAllGather, QuantizedReduceScatter  # noqa:
 from strata.comm.model import wire_bits  # noqa: E402
 from strata.comm.quantize import qmax  # noqa: E402
 
+from . import comm_kernel_checks as checks  # noqa: E402
 from .test_comm_distributed import DEADLINE_S, TinyNet, batch, gather_all, make_net_and_optimizer, spawn  # noqa: E402
 from .test_comm_quantize import group_scale, heavy_tailed  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CUDA = "cuda"
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -202,3 +208,50 @@ def worker_fsdp2_cuda(rank: int, world: int) -> None:
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 def test_fsdp2_hooks_on_the_gpu_two_gloo_ranks(tmp_path):
     spawn(worker_fsdp2_cuda, 2, tmp_path)
+
+
+# ------------------------------------------------------------------------------------- the fused Triton kernels
+
+
+@pytest.fixture
+def compiled():
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("Triton runs in its interpreter in this process")
+
+
+@needs_triton
+def test_fused_nearest_matches_the_cpu_bit_for_bit(compiled):
+    checks.check_nearest_matches_reference(CUDA, 100_003)
+    checks.check_weight_difference(CUDA, 100_003)
+    checks.check_hadamard_quantize(CUDA, 32 * 4096)
+    checks.check_packing(CUDA)
+    checks.check_nonfinite_groups(CUDA)
+
+
+@needs_triton
+def test_fused_nearest_codes_match_the_gpu_reference(compiled):
+    from strata.comm import kernels
+
+    x = heavy_tailed(100_003, 21).to(CUDA)
+    for bits, group in checks.LAYOUTS:
+        ref = quantize(x, bits, group, stochastic=False)
+        got = kernels.quantize(x, bits, group, stochastic=False)
+        assert torch.equal(got.codes, ref.codes)
+        torch.testing.assert_close(got.scales, ref.scales, rtol=2.0**-23, atol=0)
+
+
+@needs_triton
+def test_fused_stochastic_seeds_and_stages(compiled):
+    checks.check_stochastic_within_a_bin_and_unbiased(CUDA, 8192, 400)
+    checks.check_seeds(CUDA, 100_003)
+    checks.check_requantize_sum(CUDA, 50_000)
+    checks.check_dequantize_add(CUDA, 50_016)
+
+
+@pytest.mark.timeout(DEADLINE_S + 30)
+@needs_triton
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+def test_fused_collectives_equal_torch_on_the_gpu_two_gloo_ranks(tmp_path, compiled):
+    from .test_comm_kernels import worker_fused_vs_torch
+
+    spawn(worker_fused_vs_torch, 2, tmp_path, CUDA)

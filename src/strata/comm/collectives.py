@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import InvalidInputError
+from . import kernels
 from .config import CommConfig
 from .hadamard import hadamard32, inverse_hadamard32
 from .quantize import QuantizedTensor, dequantize, quantize
@@ -231,16 +232,62 @@ def _from_wire(buf: torch.Tensor, chunks: int, elements_per_chunk: int, bits: in
     return QuantizedTensor(codes, scales, chunks * elements_per_chunk, bits, group_size)
 
 
-def _quantized_all_to_all(x: torch.Tensor, chunks: int, bits: int, group_size: int, cfg: CommConfig, group,
-                          topo: Topology, stats: CommStats | None, name: str, generator) -> torch.Tensor:
-    """Quantize ``x`` (``chunks`` equal chunks, chunk ``i`` for group rank ``i``), all-to-all, dequantize:
-    fp32 ``(chunks, len(x) // chunks)``, row ``i`` is what group rank ``i`` sent to this rank."""
-    per = x.numel() // chunks
-    q = quantize(x, bits, group_size, stochastic=cfg.stochastic, generator=generator, nonfinite="propagate")
+def _wire_rows(buf: torch.Tensor, chunks: int, elements_per_chunk: int, bits: int, group_size: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of a wire buffer for the fused kernels: codes ``(chunks, code_bytes)`` (a view; int8 for 8 bits)
+    and fp32 scales ``(chunks, n_groups)``."""
+    code_bytes = (elements_per_chunk * bits + 7) // 8
+    rows = buf.view(chunks, -1)
+    codes = rows[:, :code_bytes]
+    return (codes.view(torch.int8) if bits == 8 else codes), rows[:, code_bytes:].contiguous().view(torch.float32)
+
+
+def _quantize(x: torch.Tensor, bits: int, group_size: int, cfg: CommConfig, generator, fused: bool,
+              hadamard: bool = False) -> QuantizedTensor:
+    """``x`` (with ``hadamard``: its 32-point Hadamard transform) quantized by the fused kernels or PyTorch's ops."""
+    if fused and kernels.supports(bits, group_size, hadamard=hadamard):
+        return kernels.quantize(x, bits, group_size, stochastic=cfg.stochastic, seed=generator, hadamard=hadamard)
+    if hadamard:
+        x = hadamard32(x)
+    if fused and kernels.supports(bits, group_size):
+        return kernels.quantize(x, bits, group_size, stochastic=cfg.stochastic, seed=generator)
+    return quantize(x, bits, group_size, stochastic=cfg.stochastic, generator=generator, nonfinite="propagate")
+
+
+def _all_to_all_quantized(q: QuantizedTensor, chunks: int, group, topo: Topology, stats: CommStats | None,
+                          name: str) -> torch.Tensor:
+    """All-to-all of ``q`` (``chunks`` equal chunks, chunk ``i`` for group rank ``i``): the received wire rows,
+    uint8 ``(chunks, row_bytes)``, row ``i`` from group rank ``i``."""
     wire = _to_wire(q, chunks)
     recv = torch.empty_like(wire)
-    all_to_all_counted(recv, wire, group, topo, stats, name, per)
-    return dequantize(_from_wire(recv, chunks, per, bits, group_size)).view(chunks, per)
+    all_to_all_counted(recv, wire, group, topo, stats, name, q.numel // chunks)
+    return recv
+
+
+def _sum_requantize(recv: torch.Tensor, k: int, per: int, cfg: CommConfig, generator, fused: bool
+                    ) -> QuantizedTensor:
+    """TLq stage 2: the sum of the ``k`` received intra-node rows of ``per`` values, quantized for the inter-node
+    all-to-all."""
+    bits_in, group_in = cfg.grad_bits_intra, cfg.grad_group_size_intra
+    bits, group = cfg.grad_bits_inter, cfg.grad_group_size_inter
+    if fused and kernels.supports(bits, group):
+        codes, scales = _wire_rows(recv, k, per, bits_in, group_in)
+        return kernels.requantize_sum(codes, scales, per, bits_in, group_in, bits, group, stochastic=cfg.stochastic,
+                                      seed=generator)
+    partial = dequantize(_from_wire(recv, k, per, bits_in, group_in)).view(k, per).sum(dim=0)
+    return quantize(partial, bits, group, stochastic=cfg.stochastic, generator=generator, nonfinite="propagate")
+
+
+def _sum_dequantize(recv: torch.Tensor, k: int, per: int, bits: int, group_size: int, inverse_hadamard: bool,
+                    fused: bool) -> torch.Tensor:
+    """The last stage: fp32 ``(per,)``, the sum of the ``k`` received rows (inverse-Hadamard transformed)."""
+    if fused:
+        codes, scales = _wire_rows(recv, k, per, bits, group_size)
+        out = torch.empty(per, dtype=torch.float32, device=recv.device)
+        return kernels.dequantize_add(codes, scales, per, bits, group_size, out, copies=k,
+                                      inverse_hadamard=inverse_hadamard, accumulate=False)
+    out = dequantize(_from_wire(recv, k, per, bits, group_size)).view(k, per).sum(dim=0)
+    return inverse_hadamard32(out) if inverse_hadamard else out
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -309,24 +356,28 @@ def reduce_scatter_two_level(flat: torch.Tensor, topo: Topology, cfg: CommConfig
     s = _check_flat(flat, topo, cfg.grad_alignment)
     per_node, nodes = topo.ranks_per_node, topo.num_nodes
     x = flat.to(torch.float32)
-    if cfg.hadamard:
+    if topo.world_size == 1:  # nothing to exchange
+        return inverse_hadamard32(hadamard32(x)) if cfg.hadamard else x
+    fused = kernels.use_fused(cfg.kernels, x)
+    first = (cfg.grad_bits_intra, cfg.grad_group_size_intra) if per_node > 1 else (cfg.grad_bits_inter,
+                                                                                     cfg.grad_group_size_inter)
+    fuse_hadamard = cfg.hadamard and fused and kernels.supports(*first, hadamard=True)
+    if cfg.hadamard and not fuse_hadamard:
         x = hadamard32(x)
     if per_node > 1:
         swizzled = x.view(nodes, per_node, s).transpose(0, 1).reshape(-1)  # chunk j: shards of local rank j
-        recv = _quantized_all_to_all(swizzled, per_node, cfg.grad_bits_intra, cfg.grad_group_size_intra, cfg,
-                                     topo.intra_group, topo, stats, name, generator)
-        partial = recv.sum(dim=0)  # (nodes * s,): this node's sum of the shards of every node's local rank j
+        q = _quantize(swizzled, *first, cfg, generator, fused, fuse_hadamard)
+        recv = _all_to_all_quantized(q, per_node, topo.intra_group, topo, stats, name)
+        k, bits, group = per_node, cfg.grad_bits_intra, cfg.grad_group_size_intra
+        if nodes > 1:  # this node's sum of the shards of every node's local rank j, re-quantized
+            q = _sum_requantize(recv, per_node, nodes * s, cfg, generator, fused)
+            recv = _all_to_all_quantized(q, nodes, topo.inter_group, topo, stats, name)
+            k, bits, group = nodes, cfg.grad_bits_inter, cfg.grad_group_size_inter
     else:
-        partial = x
-    if nodes > 1:
-        recv = _quantized_all_to_all(partial, nodes, cfg.grad_bits_inter, cfg.grad_group_size_inter, cfg,
-                                     topo.inter_group, topo, stats, name, generator)
-        out = recv.sum(dim=0)
-    else:
-        out = partial
-    if cfg.hadamard:
-        out = inverse_hadamard32(out)
-    return out
+        q = _quantize(x, *first, cfg, generator, fused, fuse_hadamard)
+        recv = _all_to_all_quantized(q, nodes, topo.inter_group, topo, stats, name)
+        k, bits, group = nodes, cfg.grad_bits_inter, cfg.grad_group_size_inter
+    return _sum_dequantize(recv, k, s, bits, group, cfg.hadamard, fused)
 
 
 def reduce_scatter(flat: torch.Tensor, topo: Topology, cfg: CommConfig, stats: CommStats | None = None,
@@ -374,14 +425,18 @@ class WeightAllGather:
             raise InvalidInputError(f"replica has {replica.numel()} elements, expected {w} x {s}")
         cfg = self.cfg
         pdt = torch_dtype(cfg.param_dtype)
-        new = shard.detach().to(pdt)
         if cfg.weight_mode == "plain":
             out = torch.empty(w * s, dtype=pdt, device=shard.device)
-            all_gather_counted(out, new.contiguous(), None, self.topo, self.stats, self.name, s)
+            all_gather_counted(out, shard.detach().to(pdt).contiguous(), None, self.topo, self.stats, self.name, s)
             replica.copy_(out)
             return
+        mine = replica[self.topo.rank * s:(self.topo.rank + 1) * s]
+        if (kernels.use_fused(cfg.kernels, replica) and kernels.supports(cfg.weight_bits, cfg.weight_group_size)
+                and replica.is_contiguous()):
+            self._gather_fused(shard.detach(), mine, replica, pdt)
+            return
+        new = shard.detach().to(pdt)
         if cfg.weight_mode == "qwd":
-            mine = replica[self.topo.rank * s:(self.topo.rank + 1) * s]
             payload = new.to(torch.float32) - mine.to(torch.float32)
         else:
             payload = new.to(torch.float32)
@@ -394,9 +449,7 @@ class WeightAllGather:
         cfg, w, s = self.cfg, self.topo.world_size, payload.numel()
         q = quantize(payload, cfg.weight_bits, cfg.weight_group_size, stochastic=cfg.stochastic,
                      generator=self.generator, nonfinite="propagate")
-        wire = _to_wire(q, 1).view(-1)
-        out = torch.empty(w * wire.numel(), dtype=torch.uint8, device=payload.device)
-        all_gather_counted(out, wire, None, self.topo, self.stats, self.name, s)
+        out = self._all_gather(q)
         padded = q.scales.numel() * cfg.weight_group_size
         if padded * cfg.weight_bits % 8 == 0:  # every row's codes are whole bytes: dequantize all rows at once
             deq = dequantize(_from_wire(out, w, padded, cfg.weight_bits, cfg.weight_group_size)).view(w, padded)
@@ -404,3 +457,22 @@ class WeightAllGather:
         parts = [dequantize(_from_wire(row, 1, padded, cfg.weight_bits, cfg.weight_group_size))[:s]
                  for row in out.view(w, -1)]
         return torch.cat(parts)
+
+    def _gather_fused(self, shard: torch.Tensor, mine: torch.Tensor, replica: torch.Tensor, pdt: torch.dtype
+                      ) -> None:
+        """The fused kernels' all-gather: the shard rounded to ``pdt`` (minus ``mine`` for qWD) quantized in one
+        pass; every received shard dequantized into (qWD: added to) ``replica`` in one pass."""
+        cfg, w, s = self.cfg, self.topo.world_size, shard.numel()
+        bits, group = cfg.weight_bits, cfg.weight_group_size
+        qwd = cfg.weight_mode == "qwd"
+        q = kernels.quantize(shard, bits, group, stochastic=cfg.stochastic, seed=self.generator,
+                             subtract=mine if qwd else None, round_to=pdt)
+        codes, scales = _wire_rows(self._all_gather(q), w, q.scales.numel() * group, bits, group)
+        kernels.dequantize_add(codes, scales, s, bits, group, replica, accumulate=qwd, round_to=pdt)
+
+    def _all_gather(self, q: QuantizedTensor) -> torch.Tensor:
+        """Every rank's codes and scales of ``q``: uint8 ``(world * row_bytes,)``, rank ``r``'s row ``r``."""
+        wire = _to_wire(q, 1).view(-1)
+        out = torch.empty(self.topo.world_size * wire.numel(), dtype=torch.uint8, device=wire.device)
+        all_gather_counted(out, wire, None, self.topo, self.stats, self.name, q.numel)
+        return out

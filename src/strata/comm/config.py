@@ -28,6 +28,7 @@ from .quantize import check_bits, check_group_size
 WEIGHT_MODES = ("plain", "qwd", "direct")
 GRAD_MODES = ("plain", "two_level")
 DTYPES = ("float32", "bfloat16", "float16")
+KERNELS = ("auto", "torch", "triton")
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,14 @@ class CommConfig:
             of the plain weight all-gather.
         grad_dtype: dtype of the plain gradient reduce-scatter (Megatron reduces bf16 models' gradients in fp32).
         stochastic: unbiased stochastic rounding (default) or round-to-nearest.
+        kernels: what computes the quantization steps: ``"torch"`` (chains of PyTorch ops, the reference),
+            ``"triton"`` (the fused kernels of :mod:`strata.comm.kernels`; CPU tensors through Triton's
+            interpreter) or ``"auto"`` (default: the fused kernels for CUDA tensors when Triton is installed, else
+            PyTorch). Both round to nearest alike; they draw the stochastic rounding's random numbers differently.
 
     Raises:
         InvalidInputError: a mode, bit width, group size, dtype name or ``ranks_per_node`` is invalid, or
-            ``hadamard`` is set without the two-level gradient path.
+            ``hadamard`` is set without the two-level gradient path, or ``kernels`` is not one of :data:`KERNELS`.
     """
 
     weight_mode: str = "plain"
@@ -69,6 +74,7 @@ class CommConfig:
     param_dtype: str = "bfloat16"
     grad_dtype: str = "float32"
     stochastic: bool = True
+    kernels: str = "auto"
 
     def __post_init__(self) -> None:
         if self.weight_mode not in WEIGHT_MODES:
@@ -89,6 +95,8 @@ class CommConfig:
             check_group_size(self.ranks_per_node, "ranks_per_node")
         if not isinstance(self.hadamard, bool) or not isinstance(self.stochastic, bool):
             raise InvalidInputError("hadamard and stochastic must be bools")
+        if self.kernels not in KERNELS:
+            raise InvalidInputError(f"kernels must be one of {KERNELS}, got {self.kernels!r}")
         if self.hadamard and self.grad_mode != "two_level":
             raise InvalidInputError("hadamard smoothing applies to grad_mode='two_level' only")
 

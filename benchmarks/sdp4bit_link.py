@@ -43,7 +43,8 @@ terms (flattening the gradients, dtype casts, the qWD difference): these show up
 and measured step times.
 
 Outputs (written atomically to ``--out``, default ``benchmarks/results``): ``sdp4bit_link.json`` and
-``sdp4bit_link.md``. Run from the repository root as root (about 10-15 minutes with the defaults)::
+``sdp4bit_link.md``. Run from the repository root as root (about 4 minutes on 2 cores with the defaults; the
+committed results add ``--rates 0.25gbit 1gbit 2.5gbit 10gbit --steps 8``, about 5 minutes)::
 
     sudo .venv/bin/python benchmarks/sdp4bit_link.py
     sudo .venv/bin/python benchmarks/sdp4bit_link.py --quick --out scratch/link     # one rate, 3 steps
@@ -572,7 +573,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("run as root: the benchmark creates network namespaces and tc rate limits")
     args.out.mkdir(parents=True, exist_ok=True)  # now, not after a long run
     data = args.data or DEFAULT_DATA
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a shell's background job starts with it ignored
+        signal.signal(sig, _interrupt)
     entries = []
     t_start = time.perf_counter()
     try:

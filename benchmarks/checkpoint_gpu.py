@@ -38,6 +38,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.gpu_gpt import gpt, loss_fn  # noqa: E402
+
 import strata.checkpoint as sc  # noqa: E402
 from strata.checkpoint import codec  # noqa: E402
 
@@ -146,28 +149,15 @@ def blocking_table(args, device, folder) -> list[dict]:
     return rows
 
 
-def gpt(device, smoke: bool):
-    d, layers, vocab = (128, 2, 1000) if smoke else (1024, 24, 50304)
-    layer = torch.nn.TransformerEncoderLayer(d, d // 64, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
-    model = torch.nn.Sequential(torch.nn.Embedding(vocab, d), torch.nn.TransformerEncoder(layer, layers),
-                                torch.nn.Linear(d, vocab))
-    model = model.to(device=device, dtype=torch.bfloat16)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    return model, opt, vocab
-
-
 def training_table(args, device, folder) -> list[dict]:
-    model, opt, vocab = gpt(device, args.smoke)
+    model, vocab = gpt(device, args.smoke)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     n_params = sum(p.numel() for p in model.parameters())
     batch, seq = (2, 64) if args.smoke else (8, 512)
-    g = torch.Generator(device=device).manual_seed(1)
-    mask = torch.nn.Transformer.generate_square_subsequent_mask(seq, device=device)
+    loss_of = loss_fn(model, vocab, batch, seq, device, torch.Generator(device=device).manual_seed(1))
 
     def step():
-        x = torch.randint(0, vocab, (batch, seq + 1), device=device, generator=g)
-        emb, body, head = model
-        logits = head(body(emb(x[:, :-1]), mask=mask, is_causal=True))
-        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), x[:, 1:].reshape(-1))
+        loss = loss_of()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -1,4 +1,4 @@
-"""Throughput of strata.comm's quantization kernels on this CPU or a GPU: PyTorch ops, and the fused Triton kernels.
+"""Throughput of strata.comm's quantization kernels on this CPU or a GPU: PyTorch ops, and the fused kernels.
 
 For each operation the median wall time over ``--repeats`` runs on ``--numel`` fp32 values is converted to GB/s of
 fp32 data (``4 * numel / time``: the bytes a quantizer reads, or a dequantizer writes), so the figures plug into
@@ -8,8 +8,8 @@ dequantization, the 32-point Hadamard transform and its inverse, int4 packing an
 steps of the two-level reduce-scatter done with these ops (Hadamard + int8 quantize; dequantize + sum + int4
 requantize of 2 received copies).
 
-Fused kernels (strata.comm.kernels; ``--device cuda`` with Triton installed, or ``--fused`` on the CPU through Triton's
-interpreter, for a smoke test only): each SDP4Bit stage timed as one fused kernel and as the PyTorch chain it replaces
+Fused kernels (strata.comm.kernels: Triton with ``--device cuda``, numba on the CPU): each SDP4Bit stage timed as one
+fused kernel and as the PyTorch chain it replaces
 (qWD: bf16 rounding, difference, int4 g2048 quantization; TLq-HS stage 1: Hadamard + int8 g128; stage 2: 2 int8 g128
 copies dequantized, summed, int4 g128 quantized; receiving side: int4 g2048 dequantized and added into a bf16 replica),
 beside a device-to-device copy of ``numel`` fp32 values measured in the same run: GB/s (same unit) and % of the copy.
@@ -20,13 +20,11 @@ Writes ``comm_quant_throughput.json`` and ``.md`` to ``--out`` (atomically; ``co
     .venv/bin/python benchmarks/comm_quant_throughput.py                 # 1 thread, 4M values
     .venv/bin/python benchmarks/comm_quant_throughput.py --threads 2 --numel 16777216
     .venv/bin/python benchmarks/comm_quant_throughput.py --device cuda --numel 268435456
-    .venv/bin/python benchmarks/comm_quant_throughput.py --fused --numel 65536 --repeats 1   # interpreter smoke test
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -108,13 +106,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=7, help="timed runs per operation (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="torch device of the data, e.g. cuda (default: %(default)s)")
-    p.add_argument("--fused", action="store_true",
-                   help="time the fused Triton kernels on the CPU too, in Triton's interpreter (slow; a smoke test)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="results folder")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)  # now, not after a long run
-    if args.fused and args.device == "cpu" and "triton" not in sys.modules:
-        os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors run in Triton's interpreter only (read at its import)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -136,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows[name] = {"seconds": t, "gb_per_s": round(gbps, 3), "values_per_s": round(args.numel / t)}
         print(f"{name:70s} {gbps:7.2f} GB/s  ({t * 1e3:.1f} ms)", flush=True)
     fused = {}
-    if device.type == "cuda" or args.fused:
+    if device.type in ("cuda", "cpu"):  # (the fused kernels: Triton on CUDA, numba on the CPU)
         dst = torch.empty_like(x)
         _, copy_gbps = gbps_of(lambda: dst.copy_(x))
         print(f"{'device-to-device copy of numel fp32 values':70s} {copy_gbps:7.2f} GB/s", flush=True)
@@ -159,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
     md += [f"| {k} | {v['gb_per_s']:.2f} | {v['seconds'] * 1e3:.1f} |" for k, v in rows.items()]
     if fused:
         copy = next(iter(fused.values()))["copy_gb_per_s"]
-        md += ["", f"Fused Triton kernels (strata.comm.kernels{', interpreted' if device.type == 'cpu' else ''}) "
+        md += ["", f"Fused kernels (strata.comm.kernels, {'numba' if device.type == 'cpu' else 'Triton'}) "
                f"against the PyTorch chains they replace; a device-to-device copy of the same {args.numel} fp32 "
                f"values ran at {copy:.2f} GB/s.", "",
                "| stage | fused GB/s | % of copy | PyTorch GB/s | % of copy | speedup |", "|---|---|---|---|---|---|"]

@@ -20,8 +20,8 @@ Per link rate (one launch of the 4 workers each; the namespaces are kept, ``tc q
 
 1. bandwidth, iperf-style: a gloo ``send``/``recv`` of a large fp32 tensor from rank 0 (node 0) to rank 2
    (node 1) - the inter-node link - and from rank 0 to rank 1 (intra-node), median of 3 transfers each;
-2. the quantization kernels of ``comm_quant_throughput.py`` timed in all 4 ranks at once (the ranks share this
-   machine's cores as they do in training);
+2. the quantization kernels each arm runs (strata.comm's fused kernels: numba on the CPU; :func:`kernel_ops`)
+   timed in all 4 ranks at once (the ranks share this machine's cores as they do in training);
 3. for each model and arm (``baseline``, ``qwz_qgz`` = ZeRO++ qwZ + qgZ, ``sdp4bit`` = qWD + TLq-HS): the
    ``ShardedOptimizer`` training loop of ``sdp4bit_training.py`` on the GPT of ``train_tiny_gpt.py`` (no
    gradient clipping, constant learning rate: no extra collectives), ``--warmup`` steps then ``--steps`` timed
@@ -65,6 +65,7 @@ import sys
 import tempfile
 import time
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -130,7 +131,7 @@ def tbf_params(rate_bits: float) -> dict:
 
 def model_quant_values(config: CommConfig, params: float, world: int, per_node: int) -> dict[str, float]:
     """Values per rank per step that ``strata.comm.model.step_time`` charges to the quantization kernels,
-    split by kernel (keys: names of ``comm_quant_throughput.operations``), same counts as the model:
+    by the unfused operation the model counts (names of ``comm_quant_throughput.operations``):
     weights: quantize the own shard ``P/D``, dequantize ``P``; two-level gradients: quantize ``P``,
     dequantize ``P``, requantize ``P/L``, dequantize ``P/L``; Hadamard: ``P`` forward, ``P/D`` inverse."""
     p, d, ell = float(params), world, per_node
@@ -160,20 +161,87 @@ def model_quant_values(config: CommConfig, params: float, world: int, per_node: 
     return out
 
 
+def kernel_values(config: CommConfig, params: float, world: int, per_node: int) -> dict[str, float]:
+    """Input values per rank per step of each quantization kernel ``config`` runs with strata.comm's fused kernels
+    (keys: :func:`kernel_ops`' names): the weight all-gather quantizes the own shard ``P/D`` and dequantizes every
+    shard into the replica (``P``); the two-level reduce-scatter quantizes the whole vector ``P`` (with the Hadamard
+    transform), sums the ``L`` received intra-node copies of ``P/L`` values into a re-quantization (``P``, with
+    more than one node), and sums the received copies of the own shard (``P/L`` with more than one node)."""
+    p, d, ell = float(params), world, per_node
+    nodes = d // ell
+    out: dict[str, float] = {}
+    if config.weight_mode != "plain":
+        w = f"int{config.weight_bits} g{config.weight_group_size}"
+        out[f"weights: {'qWD difference + ' if config.weight_mode == 'qwd' else ''}quantize {w}"] = p / d
+        out[f"weights: dequantize {w} {'+ add ' if config.weight_mode == 'qwd' else ''}into the replica"] = p
+    if config.grad_mode != "plain":
+        intra = (config.grad_bits_intra, config.grad_group_size_intra)
+        inter = (config.grad_bits_inter, config.grad_group_size_inter)
+        first = intra if ell > 1 else inter
+        h = "hadamard + " if config.hadamard else ""
+        out[f"grads: {h}quantize int{first[0]} g{first[1]}"] = p
+        last, copies = (first, ell) if nodes == 1 else (inter, nodes)
+        if ell > 1 and nodes > 1:
+            out[f"grads: {ell}x dequantize int{intra[0]} g{intra[1]} + sum + quantize int{inter[0]} g{inter[1]}"] = p
+        inverse = " + inverse hadamard" if config.hadamard else ""
+        out[f"grads: {copies}x dequantize int{last[0]} g{last[1]} + sum{inverse}"] = copies * p / d
+    return out
+
+
+def kernel_ops(configs, x: torch.Tensor, gen: torch.Generator, per_node: int, world: int) -> dict:
+    """``{name: callable}``: each kernel of :func:`kernel_values` for ``configs``, by strata.comm's fused kernels
+    (``strata.comm.kernels``: numba on the CPU, Triton on a GPU), on ``x.numel()`` input values (a multiple of 4096)
+    on ``x``'s device; ``gen`` is a CPU generator."""
+    from strata.comm import kernels
+
+    n = x.numel()
+    replica = (x + 1e-3 * torch.randn(n, generator=gen).to(x.device)).to(torch.bfloat16)
+    out: dict = {}
+
+    def quantized_rows(copies: int, bits: int, group: int):
+        qs = [kernels.quantize(row, bits, group, seed=gen) for row in x.view(copies, -1)]
+        return torch.stack([q.codes for q in qs]), torch.stack([q.scales for q in qs])
+
+    for cfg in configs:
+        for name in kernel_values(cfg, n, world, per_node):
+            if name in out:
+                continue
+            nums = [int(v) for v in re.findall(r"(?:int|g|^grads: )(\d+)", name)]
+            if name.startswith("weights: ") and "into the replica" not in name:
+                out[name] = partial(kernels.quantize, x, *nums, seed=gen, round_to=torch.bfloat16,
+                                    subtract=replica if "qWD" in name else None)
+            elif name.startswith("weights: "):
+                out[name] = partial(kernels.dequantize_add, *quantized_rows(1, *nums), n, *nums, replica,
+                                    accumulate="+ add" in name, round_to=torch.bfloat16)
+            elif "+ sum + quantize" in name:
+                copies, bits_in, group_in, bits, group = nums
+                out[name] = partial(kernels.requantize_sum, *quantized_rows(copies, bits_in, group_in), n // copies,
+                                    bits_in, group_in, bits, group, seed=gen)
+            elif "+ sum" in name:
+                copies, bits, group = nums
+                out[name] = partial(kernels.dequantize_add, *quantized_rows(copies, bits, group), n // copies, bits,
+                                    group, torch.empty(n // copies, device=x.device), copies=copies, accumulate=False,
+                                    inverse_hadamard="inverse" in name)
+            else:
+                out[name] = partial(kernels.quantize, x, *nums, seed=gen, hadamard="hadamard" in name)
+    return out
+
+
 def effective_quant_gbps(config: CommConfig, params: float, world: int, per_node: int,
                          kernel_gbps: dict[str, float]) -> float | None:
-    """The single ``Cluster.quant_gbps`` that reproduces the time of ``config``'s kernels at the measured
-    per-kernel rates ``kernel_gbps`` (GB/s of fp32 data): the harmonic mean of the rates weighted by the values
-    each kernel processes (:func:`model_quant_values`). ``None`` when the configuration quantizes nothing.
+    """The single ``Cluster.quant_gbps`` that makes the model's quantization time (``4`` bytes times the values of
+    :func:`model_quant_values`, over ``quant_gbps``) equal to the time of the kernels ``config`` runs
+    (:func:`kernel_values`) at the measured rates ``kernel_gbps`` (GB/s of fp32 input). ``None`` when the
+    configuration quantizes nothing.
 
     Raises:
         KeyError: a kernel the configuration needs has no measured rate.
     """
-    counts = model_quant_values(config, params, world, per_node)
+    counts = kernel_values(config, params, world, per_node)
     if not counts:
         return None
-    seconds = sum(4 * n / (kernel_gbps[op] * 1e9) for op, n in counts.items())
-    return 4 * sum(counts.values()) / seconds / 1e9
+    seconds = sum(4 * v / (kernel_gbps[op] * 1e9) for op, v in counts.items())
+    return 4 * sum(model_quant_values(config, params, world, per_node).values()) / seconds / 1e9
 
 
 def projection(*, params: float, tokens_per_step: float, compute_s: float, inter_gbps: float, intra_gbps: float,
@@ -263,16 +331,15 @@ def _bandwidth(src: int, dst: int, nbytes: int, rank: int, ifname: str, repeats:
             "seconds": [round(v, 5) for v in times], "sender_veth_tx_bytes": veth}
 
 
-def _quant_rates(numel: int, repeats: int) -> dict[str, float]:
-    from benchmarks.comm_quant_throughput import operations
+def _quant_rates(numel: int, repeats: int, arms) -> dict[str, float]:
+    """GB/s of fp32 input of every kernel :func:`kernel_values` lists for ``arms``, timed here."""
     from benchmarks.common import timed
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(numel, generator=gen) * 0.02
     rates = {}
-    for name, op in operations(x, gen).items():
-        if "stage" in name or "pack" in name or "nearest" in name:
-            continue  # not used by the model's accounting
+    configs = [CommConfig.arm(a, ranks_per_node=RANKS_PER_NODE) for a in arms]
+    for name, op in kernel_ops(configs, x, gen, RANKS_PER_NODE, WORLD).items():
         op()
         t, _ = timed(op, repeats)
         rates[name] = 4 * numel / t / 1e9
@@ -343,7 +410,7 @@ def worker(spec_path: str, rank: int) -> None:
         result["inter"] = _bandwidth(0, RANKS_PER_NODE, spec["inter_bytes"], rank, ifname)
         result["intra"] = _bandwidth(0, 1, spec["intra_bytes"], rank, ifname)
         dist.barrier()
-        result["quant_gbps"] = _quant_rates(spec["quant_numel"], spec["quant_repeats"])
+        result["quant_gbps"] = _quant_rates(spec["quant_numel"], spec["quant_repeats"], spec["arms"])
         dist.barrier()
         train_ids, _, vocab = load_corpus(spec["data"])
         result["runs"] = {}
@@ -448,6 +515,11 @@ def launch(spec: dict, workdir: Path, timeout: float) -> list[dict]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+#: Kernel rate (GB/s of fp32 input) of the second projection: the fused GPU kernels' target on an H200 (30 % of
+#: its device-to-device copy bandwidth), what the same link and compute would give with GPU-class kernels.
+GPU_KERNEL_GBPS = 1300.0
+
+
 def summarize(rate_bits: float, tbf: dict, ranks: list[dict], qdisc: list[str]) -> dict:
     r0 = ranks[0]
     inter, intra = r0["inter"], r0["intra"]
@@ -466,6 +538,9 @@ def summarize(rate_bits: float, tbf: dict, ranks: list[dict], qdisc: list[str]) 
         first = runs[arms[0]]
         proj = projection(params=first["params"], tokens_per_step=first["tokens_per_step"], compute_s=compute,
                           inter_gbps=inter["gbps"], intra_gbps=intra["gbps"], kernel_gbps=kernels, arms=arms)
+        fast = projection(params=first["params"], tokens_per_step=first["tokens_per_step"], compute_s=compute,
+                          inter_gbps=inter["gbps"], intra_gbps=intra["gbps"], arms=arms,
+                          kernel_gbps=dict.fromkeys(kernels, GPU_KERNEL_GBPS))
         base = statistics.median(runs[arms[0]]["step_s"])
         table = {}
         for arm, run in runs.items():
@@ -482,6 +557,7 @@ def summarize(rate_bits: float, tbf: dict, ranks: list[dict], qdisc: list[str]) 
                 "model_inter_bytes_per_step": model_inter_bytes(arm, run["params"]),
                 "model": proj[arm],
                 "speedup_measured_over_projected": (base / med) / proj[arm]["speedup"],
+                "projected_speedup_gpu_kernels": fast[arm]["speedup"],
                 "step_measured_over_projected": med / proj[arm]["step_s"],
                 "final_loss": run["final_loss"],
             }
@@ -496,8 +572,9 @@ def markdown(report: dict) -> str:
              f"{s['threads_per_rank']} torch thread(s) per rank, {s['machine']}, torch {s['torch']}; "
              f"{s['steps']} timed steps after {s['warmup']} warm-up steps per arm; step time median (min-max).", "",
              "| link limit | measured inter-node | intra-node | model | arm | step ms | tokens/s | speedup | "
-             "projected step ms | projected speedup | measured / projected speedup |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "projected step ms | projected speedup | measured / projected speedup | "
+             f"projected speedup, kernels at {GPU_KERNEL_GBPS:g} GB/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in report["rates"]:
         for name, m in e["models"].items():
             for arm, a in m["arms"].items():
@@ -507,7 +584,8 @@ def markdown(report: dict) -> str:
                     f"{e['intra_node']['gbps']:.2f} GB/s | {name} ({m['params'] / 1e6:.1f} M) | {arm} | "
                     f"{1e3 * st['median']:.0f} ({1e3 * st['min']:.0f}-{1e3 * st['max']:.0f}) | "
                     f"{a['tokens_per_s']:.0f} | {a['speedup']:.2f}x | {1e3 * a['model']['step_s']:.0f} | "
-                    f"{a['model']['speedup']:.2f}x | {a['speedup_measured_over_projected']:.2f} |")
+                    f"{a['model']['speedup']:.2f}x | {a['speedup_measured_over_projected']:.2f} | "
+                    f"{a['projected_speedup_gpu_kernels']:.2f}x |")
     lines += ["", "Where the time goes (medians, ms per step; node-0 veth bytes per step vs the model's inter-node "
               "bytes):", "",
               "| link limit | model | arm | fwd+bwd | grad reduce-scatter | optimizer + weight all-gather | "

@@ -18,9 +18,10 @@ link = pytest.importorskip("benchmarks.sdp4bit_link")
 from strata.comm import CommConfig  # noqa: E402
 
 P = 12_713_984
-KERNELS = {"quantize int4 g2048 stochastic (qWD)": 0.3, "quantize int4 g128 stochastic": 0.35,
-           "quantize int8 g128 stochastic": 0.4, "dequantize int4 g2048": 0.6, "dequantize int4 g128": 0.9,
-           "dequantize int8 g128": 2.6, "hadamard32 forward": 1.5, "hadamard32 inverse": 1.4}
+#: Measured rates (GB/s of fp32 input) of every kernel the two quantized arms run, made up.
+KERNELS = {name: 0.5 + 0.25 * i for i, name in enumerate(
+    dict.fromkeys(k for arm in ("qwz_qgz", "sdp4bit")
+                  for k in link.kernel_values(CommConfig.arm(arm, ranks_per_node=2), P, 4, 2)))}
 
 
 @pytest.mark.parametrize("text, bits", [("1gbit", 1e9), ("2.5Gbit", 2.5e9), ("500mbit", 5e8), ("10gbit/s", 1e10),
@@ -52,16 +53,34 @@ def test_quant_values_match_the_model():
         assert step_time(cluster, work, cfg).quant == pytest.approx(values * 4 / 2e9)
 
 
-def test_effective_quant_rate_is_a_weighted_harmonic_mean():
-    cfg = CommConfig.arm("sdp4bit", ranks_per_node=2)
+def test_effective_quant_rate_charges_the_kernels_time():
+    """The model's quantization time at the effective rate is the time of the fused kernels the arm runs at their
+    measured rates: stage 1 over the whole vector, stage 2 over the L received copies, the last stage over the
+    copies of the own shard, the weight kernels over the own shard and the replica."""
+    from strata.comm.model import Cluster, Workload, step_time
+
     assert link.effective_quant_gbps(CommConfig(), P, 4, 2, KERNELS) is None
-    same = {k: 1.25 for k in KERNELS}
-    assert link.effective_quant_gbps(cfg, P, 4, 2, same) == pytest.approx(1.25)
-    q = link.effective_quant_gbps(cfg, P, 4, 2, KERNELS)
-    assert min(KERNELS.values()) < q < max(KERNELS.values())
-    counts = link.model_quant_values(cfg, P, 4, 2)
-    seconds = sum(4 * n / (KERNELS[k] * 1e9) for k, n in counts.items())
-    assert 4 * sum(counts.values()) / (q * 1e9) == pytest.approx(seconds)
+    sdp = link.kernel_values(CommConfig.arm("sdp4bit", ranks_per_node=2), P, 4, 2)
+    assert sorted(sdp.values()) == sorted([P / 4, P, P, P, 2 * P / 4])
+    for arm in ("qwz_qgz", "sdp4bit"):
+        cfg = CommConfig.arm(arm, ranks_per_node=2)
+        q = link.effective_quant_gbps(cfg, P, 4, 2, KERNELS)
+        seconds = sum(4 * v / (KERNELS[k] * 1e9) for k, v in link.kernel_values(cfg, P, 4, 2).items())
+        t = step_time(Cluster(gpus=4, gpus_per_node=2, quant_gbps=q), Workload(params=P, tokens_per_step=256), cfg)
+        assert t.quant == pytest.approx(seconds)
+    with pytest.raises(KeyError):
+        link.effective_quant_gbps(CommConfig.arm("tlq", ranks_per_node=2), P, 4, 2, KERNELS)
+
+
+def test_kernel_ops_time_what_the_arms_run():
+    """One fused kernel per name, each taking the same number of input values."""
+    import torch
+
+    configs = [CommConfig.arm(arm, ranks_per_node=2) for arm in ("qwz_qgz", "sdp4bit")]
+    ops = link.kernel_ops(configs, torch.randn(8192), torch.Generator().manual_seed(0), 2, 4)
+    assert sorted(ops) == sorted(KERNELS)
+    for op in ops.values():
+        op()
 
 
 def test_projection_uses_the_measured_quantities():

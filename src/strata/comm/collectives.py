@@ -242,15 +242,17 @@ def _wire_rows(buf: torch.Tensor, chunks: int, elements_per_chunk: int, bits: in
     return (codes.view(torch.int8) if bits == 8 else codes), rows[:, code_bytes:].contiguous().view(torch.float32)
 
 
-def _quantize(x: torch.Tensor, bits: int, group_size: int, cfg: CommConfig, generator, fused: bool,
+def _quantize(x: torch.Tensor, bits: int, group_size: int, cfg: CommConfig, generator, fused: str | None,
               hadamard: bool = False) -> QuantizedTensor:
-    """``x`` (with ``hadamard``: its 32-point Hadamard transform) quantized by the fused kernels or PyTorch's ops."""
+    """``x`` (with ``hadamard``: its 32-point Hadamard transform) quantized by the fused kernels of backend
+    ``fused`` or (``None``) PyTorch's ops."""
     if fused and kernels.supports(bits, group_size, hadamard=hadamard):
-        return kernels.quantize(x, bits, group_size, stochastic=cfg.stochastic, seed=generator, hadamard=hadamard)
+        return kernels.quantize(x, bits, group_size, stochastic=cfg.stochastic, seed=generator, hadamard=hadamard,
+                                backend=fused)
     if hadamard:
         x = hadamard32(x)
     if fused and kernels.supports(bits, group_size):
-        return kernels.quantize(x, bits, group_size, stochastic=cfg.stochastic, seed=generator)
+        return kernels.quantize(x, bits, group_size, stochastic=cfg.stochastic, seed=generator, backend=fused)
     return quantize(x, bits, group_size, stochastic=cfg.stochastic, generator=generator, nonfinite="propagate")
 
 
@@ -264,7 +266,7 @@ def _all_to_all_quantized(q: QuantizedTensor, chunks: int, group, topo: Topology
     return recv
 
 
-def _sum_requantize(recv: torch.Tensor, k: int, per: int, cfg: CommConfig, generator, fused: bool
+def _sum_requantize(recv: torch.Tensor, k: int, per: int, cfg: CommConfig, generator, fused: str | None
                     ) -> QuantizedTensor:
     """TLq stage 2: the sum of the ``k`` received intra-node rows of ``per`` values, quantized for the inter-node
     all-to-all."""
@@ -273,19 +275,19 @@ def _sum_requantize(recv: torch.Tensor, k: int, per: int, cfg: CommConfig, gener
     if fused and kernels.supports(bits, group):
         codes, scales = _wire_rows(recv, k, per, bits_in, group_in)
         return kernels.requantize_sum(codes, scales, per, bits_in, group_in, bits, group, stochastic=cfg.stochastic,
-                                      seed=generator)
+                                      seed=generator, backend=fused)
     partial = dequantize(_from_wire(recv, k, per, bits_in, group_in)).view(k, per).sum(dim=0)
     return quantize(partial, bits, group, stochastic=cfg.stochastic, generator=generator, nonfinite="propagate")
 
 
 def _sum_dequantize(recv: torch.Tensor, k: int, per: int, bits: int, group_size: int, inverse_hadamard: bool,
-                    fused: bool) -> torch.Tensor:
+                    fused: str | None) -> torch.Tensor:
     """The last stage: fp32 ``(per,)``, the sum of the ``k`` received rows (inverse-Hadamard transformed)."""
     if fused:
         codes, scales = _wire_rows(recv, k, per, bits, group_size)
         out = torch.empty(per, dtype=torch.float32, device=recv.device)
         return kernels.dequantize_add(codes, scales, per, bits, group_size, out, copies=k,
-                                      inverse_hadamard=inverse_hadamard, accumulate=False)
+                                      inverse_hadamard=inverse_hadamard, accumulate=False, backend=fused)
     out = dequantize(_from_wire(recv, k, per, bits, group_size)).view(k, per).sum(dim=0)
     return inverse_hadamard32(out) if inverse_hadamard else out
 
@@ -306,7 +308,9 @@ def _check_flat(flat: torch.Tensor, topo: Topology, align: int) -> int:
 
 def reduce_scatter_plain(flat: torch.Tensor, topo: Topology, cfg: CommConfig, stats: CommStats | None = None,
                          name: str = "grad_reduce_scatter") -> torch.Tensor:
-    """Sum of every rank's ``flat`` restricted to this rank's shard, by one reduce-scatter in ``cfg.grad_dtype``.
+    """Sum of every rank's ``flat`` restricted to this rank's shard, by one reduce-scatter in ``cfg.grad_dtype``
+    (with gloo, whose reduce-scatter is an all-reduce -- twice the bytes --, a ring of ``W - 1`` sends and adds:
+    :func:`ring_reduce_scatter`).
 
     Args:
         flat: 1-D float tensor of ``W * S`` elements (the same length on every rank).
@@ -319,13 +323,41 @@ def reduce_scatter_plain(flat: torch.Tensor, topo: Topology, cfg: CommConfig, st
     """
     s = _check_flat(flat, topo, 1)
     x = flat.to(torch_dtype(cfg.grad_dtype)).contiguous()
-    out = torch.empty(s, dtype=x.dtype, device=x.device)
-    _collective("reduce_scatter_single", "reduce_scatter_tensor")(out, x, op=dist.ReduceOp.SUM)
+    if dist.get_backend() == "gloo":
+        out = ring_reduce_scatter(x, topo.rank, topo.world_size)
+    else:
+        out = torch.empty(s, dtype=x.dtype, device=x.device)
+        _collective("reduce_scatter_single", "reduce_scatter_tensor")(out, x, op=dist.ReduceOp.SUM)
     if stats is not None:
         _, intra, inter = _peers(None, topo)
         stats.record(name, bytes_per_peer=s * x.element_size(), elements_per_peer=s, intra_peers=intra,
                      inter_peers=inter)
     return out.to(torch.float32)
+
+
+def ring_reduce_scatter(x: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """Reduce-scatter over the ranks of the default group in a ring (the bandwidth-optimal algorithm NCCL runs; gloo
+    implements ``reduce_scatter_tensor`` as an all-reduce, which sends twice as many bytes): in step ``k`` of
+    ``world - 1``, rank ``r`` sends its partial sum of chunk ``r - k - 1`` to rank ``r + 1`` and adds its own values
+    of chunk ``r - k - 2`` to the partial sum it receives from rank ``r - 1``. Each rank sends ``(world - 1) / world``
+    of ``x``'s bytes, as the throughput model counts.
+
+    Args:
+        x: 1-D tensor of ``world * S`` elements, the same length on every rank.
+
+    Returns:
+        ``(S,)`` of ``x``'s dtype: the sum over the ranks of chunk ``rank`` (summed in ring order from rank
+        ``rank + 1``).
+    """
+    chunks = x.view(world, -1)
+    part = chunks[(rank - 1) % world].clone()
+    for k in range(world - 1):
+        recv = torch.empty_like(part)
+        ops = [dist.P2POp(dist.isend, part, (rank + 1) % world), dist.P2POp(dist.irecv, recv, (rank - 1) % world)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        part = recv.add_(chunks[(rank - k - 2) % world])
+    return part
 
 
 def reduce_scatter_two_level(flat: torch.Tensor, topo: Topology, cfg: CommConfig, stats: CommStats | None = None,
@@ -431,9 +463,9 @@ class WeightAllGather:
             replica.copy_(out)
             return
         mine = replica[self.topo.rank * s:(self.topo.rank + 1) * s]
-        if (kernels.use_fused(cfg.kernels, replica) and kernels.supports(cfg.weight_bits, cfg.weight_group_size)
-                and replica.is_contiguous()):
-            self._gather_fused(shard.detach(), mine, replica, pdt)
+        fused = kernels.use_fused(cfg.kernels, replica)
+        if fused and kernels.supports(cfg.weight_bits, cfg.weight_group_size) and replica.is_contiguous():
+            self._gather_fused(shard.detach(), mine, replica, pdt, fused)
             return
         new = shard.detach().to(pdt)
         if cfg.weight_mode == "qwd":
@@ -458,17 +490,17 @@ class WeightAllGather:
                  for row in out.view(w, -1)]
         return torch.cat(parts)
 
-    def _gather_fused(self, shard: torch.Tensor, mine: torch.Tensor, replica: torch.Tensor, pdt: torch.dtype
-                      ) -> None:
-        """The fused kernels' all-gather: the shard rounded to ``pdt`` (minus ``mine`` for qWD) quantized in one
-        pass; every received shard dequantized into (qWD: added to) ``replica`` in one pass."""
+    def _gather_fused(self, shard: torch.Tensor, mine: torch.Tensor, replica: torch.Tensor, pdt: torch.dtype,
+                      backend: str) -> None:
+        """The fused kernels' all-gather (of ``backend``): the shard rounded to ``pdt`` (minus ``mine`` for qWD)
+        quantized in one pass; every received shard dequantized into (qWD: added to) ``replica`` in one pass."""
         cfg, w, s = self.cfg, self.topo.world_size, shard.numel()
         bits, group = cfg.weight_bits, cfg.weight_group_size
         qwd = cfg.weight_mode == "qwd"
         q = kernels.quantize(shard, bits, group, stochastic=cfg.stochastic, seed=self.generator,
-                             subtract=mine if qwd else None, round_to=pdt)
+                             subtract=mine if qwd else None, round_to=pdt, backend=backend)
         codes, scales = _wire_rows(self._all_gather(q), w, q.scales.numel() * group, bits, group)
-        kernels.dequantize_add(codes, scales, s, bits, group, replica, accumulate=qwd, round_to=pdt)
+        kernels.dequantize_add(codes, scales, s, bits, group, replica, accumulate=qwd, round_to=pdt, backend=backend)
 
     def _all_gather(self, q: QuantizedTensor) -> torch.Tensor:
         """Every rank's codes and scales of ``q``: uint8 ``(world * row_bytes,)``, rank ``r``'s row ``r``."""

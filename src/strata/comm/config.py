@@ -52,9 +52,11 @@ class CommConfig:
         grad_dtype: dtype of the plain gradient reduce-scatter (Megatron reduces bf16 models' gradients in fp32).
         stochastic: unbiased stochastic rounding (default) or round-to-nearest.
         kernels: what computes the quantization steps: ``"torch"`` (chains of PyTorch ops, the reference),
-            ``"triton"`` (the fused kernels of :mod:`strata.comm.kernels`; CPU tensors through Triton's
-            interpreter) or ``"auto"`` (default: the fused kernels for CUDA tensors when Triton is installed, else
-            PyTorch). Both round to nearest alike; they draw the stochastic rounding's random numbers differently.
+            ``"triton"`` (the fused kernels of :mod:`strata.comm.kernels` in Triton; CPU tensors through its
+            interpreter) or ``"auto"`` (default: the fused kernels, in Triton for CUDA tensors when it is installed,
+            else PyTorch's ops, and compiled by numba for CPU tensors). All round to nearest alike; the fused
+            kernels draw the stochastic rounding's random numbers otherwise than PyTorch's ops (both backends
+            alike).
 
     Raises:
         InvalidInputError: a mode, bit width, group size, dtype name or ``ranks_per_node`` is invalid, or

@@ -21,16 +21,20 @@ the value's index, so equal seeds give equal bytes; the seed comes from ``seed``
 ``torch.Generator``, which advances it). The PyTorch reference draws from the generator differently, so its
 stochastic codes differ from the kernels' (both unbiased, within one quantization bin).
 
-Triton is optional (``pip install 'strata[gpu]'``) and imported on first use. CUDA tensors run compiled kernels;
-CPU tensors run the same kernels in Triton's interpreter (slow: tests and checks only), which Triton enables for the
-whole process when ``TRITON_INTERPRET=1`` is set before it is imported. :func:`use_fused` decides
-between these kernels and the PyTorch ops for a :class:`~strata.comm.config.CommConfig`.
+Two backends run them: ``"triton"`` (:mod:`strata.comm._triton`) for CUDA tensors, and ``"numba"``
+(:mod:`strata.comm._numba`, the same arithmetic compiled for the CPU, its stochastic codes equal to Triton's bit for
+bit) for CPU tensors, on ``torch.get_num_threads()`` threads. Triton is optional (``pip install 'strata[gpu]'``) and
+imported on first use; it can also run its kernels on CPU tensors in its interpreter (slow: tests and checks only),
+which Triton enables for the whole process when ``TRITON_INTERPRET=1`` is set before it is imported.
+:func:`use_fused` decides between these backends and the PyTorch ops for a :class:`~strata.comm.config.CommConfig`.
 """
 from __future__ import annotations
 
 import functools
 import importlib.util
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import torch
 
 from ..errors import InvalidInputError, UnsupportedDtypeError
@@ -69,20 +73,66 @@ def _tl_dtype(dtype: torch.dtype):
             torch.float64: tl.float64}[dtype]
 
 
-def use_fused(mode: str, x: torch.Tensor) -> bool:
-    """Whether to run the fused kernels on ``x``: ``mode`` is ``CommConfig.kernels``: ``"torch"`` never,
-    ``"triton"`` always (CPU tensors through the interpreter), ``"auto"`` for CUDA tensors when Triton imports.
+def use_fused(mode: str, x: torch.Tensor) -> str | None:
+    """The backend of the fused kernels for ``x`` (``"triton"`` or ``"numba"``), or ``None`` for PyTorch's ops:
+    ``mode`` is ``CommConfig.kernels``: ``"torch"`` never fused, ``"triton"`` always Triton (CPU tensors through
+    its interpreter), ``"auto"`` Triton for CUDA tensors when it imports (else PyTorch), numba for CPU tensors.
 
     Raises:
         InvalidInputError: ``mode`` is ``"triton"`` and Triton is not installed.
     """
     if mode == "torch":
-        return False
+        return None
     if mode == "triton":
         if not triton_available():
             raise InvalidInputError("kernels='triton' needs Triton: pip install 'strata[gpu]'")
-        return True
-    return x.is_cuda and triton_available()
+        return "triton"
+    if x.is_cuda:
+        return "triton" if triton_available() else None
+    return "numba" if x.device.type == "cpu" else None
+
+
+def _backend(backend: str | None, t: torch.Tensor) -> str:
+    """``backend``, or by default Triton for CUDA tensors and numba for CPU tensors."""
+    if backend is None:
+        return "triton" if t.is_cuda else "numba"
+    if backend not in ("triton", "numba"):
+        raise InvalidInputError(f"backend must be 'triton' or 'numba', got {backend!r}")
+    if backend == "numba" and t.device.type != "cpu":
+        raise InvalidInputError(f"the numba kernels run on CPU tensors, got one on {t.device}")
+    return backend
+
+
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _split(n: int, run, align: int = 1) -> None:
+    """``run(lo, hi)`` over ``0 .. n`` in parts on ``torch.get_num_threads()`` threads (the kernels release the
+    GIL), each part's start a multiple of ``align``."""
+    k = max(1, min(torch.get_num_threads(), -(-n // (align * 64))))
+    edges = [min(n, -(-n * i // k) // align * align) for i in range(k)] + [n]
+    if k == 1:
+        run(0, n)
+        return
+    if not _POOL or _POOL[0]._max_workers < k:
+        _POOL[:] = [ThreadPoolExecutor(k, thread_name_prefix="strata-comm")]
+    for f in [_POOL[0].submit(run, lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]:
+        f.result()
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor the numba kernels take: fp32 as is, bf16 as its uint16 bit patterns, int8 codes
+    as uint8."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    if t.dtype == torch.int8:
+        return t.numpy().view(np.uint8)
+    return t.numpy()
+
+
+def _numba_seed(seed) -> int:
+    """The int64 seed of a numba launch (as :func:`_seed`, on the host)."""
+    return int(_seed(seed, torch.device("cpu"))[0])
 
 
 def supports(bits: int, group_size: int, *, hadamard: bool = False) -> bool:
@@ -137,12 +187,12 @@ def _empty_codes(padded: int, bits: int, device) -> torch.Tensor:
 
 def quantize(x: torch.Tensor, bits: int, group_size: int, *, stochastic: bool = True, seed=None,
              subtract: torch.Tensor | None = None, round_to: torch.dtype | None = None,
-             hadamard: bool = False) -> QuantizedTensor:
+             hadamard: bool = False, backend: str | None = None) -> QuantizedTensor:
     """Group-wise quantization of ``x`` (read flat) in one pass, as ``strata.comm.quantize.quantize`` with
     ``nonfinite="propagate"``: of ``x - subtract`` (qWD) or of the 32-point Hadamard transform of ``x`` (TLq-HS).
 
     Args:
-        x: float tensor (fp32/fp64/bf16/fp16), ``n`` values, on CUDA (compiled) or the CPU (interpreted).
+        x: float tensor (fp32/fp64/bf16/fp16), ``n`` values, on CUDA or the CPU.
         bits: 4 (codes packed two per byte) or 8.
         group_size: values per fp32 scale; even for 4 bits, a multiple of 32 with ``hadamard``.
         stochastic: stochastic rounding (default) or round-to-nearest.
@@ -151,6 +201,8 @@ def quantize(x: torch.Tensor, bits: int, group_size: int, *, stochastic: bool = 
         subtract: float tensor of ``n`` values on ``x``'s device, subtracted (in fp32) from ``x``.
         round_to: dtype ``x`` is rounded to before anything else (qWD: the master weights to the replica's dtype).
         hadamard: transform every 32 consecutive values by ``H`` first (``hadamard32``; ``n % 32 == 0``).
+        backend: ``"triton"`` or ``"numba"`` (CPU tensors only); default: Triton for CUDA tensors, numba for CPU
+            ones (Triton runs CPU tensors in its interpreter only).
 
     Returns:
         :class:`~strata.comm.quantize.QuantizedTensor` of ``n`` values.
@@ -175,7 +227,17 @@ def quantize(x: torch.Tensor, bits: int, group_size: int, *, stochastic: bool = 
     n_groups = -(-n // group_size)
     codes = _empty_codes(n_groups * group_size, bits, flat.device)
     scales = torch.empty(n_groups, dtype=torch.float32, device=flat.device)
-    if n_groups:
+    if n_groups and _backend(backend, flat) == "numba":
+        flat = flat.float().contiguous()  # (as the Triton kernel reads it)
+        if round_to == torch.float16:  # (the rounding done by torch)
+            flat, round_to = flat.half().float(), torch.float32
+        x32 = _np(flat)
+        r = x32 if subtract is None else _np(ref if ref.dtype in (torch.float32, torch.bfloat16) else ref.float())
+        k, c, sc = _numba(), _np(codes), scales.numpy()
+        rnd, sd = k.ROUND_BF16 if round_to == torch.bfloat16 else k.ROUND_NONE, _numba_seed(seed)
+        _split(n_groups, lambda g0, g1: k.quantize_groups(x32, r, subtract is not None, rnd, n, group_size, bits,
+                                                            bool(stochastic), sd, bool(hadamard), c, sc, g0, g1))
+    elif n_groups:
         block, rows, warps = _tiling(group_size)
         flat = flat.contiguous()
         _kernels(flat).quantize_kernel[(_cdiv(n_groups, rows),)](
@@ -203,7 +265,8 @@ def _check_rows(codes: torch.Tensor, scales: torch.Tensor, per: int, bits: int, 
 
 
 def requantize_sum(codes: torch.Tensor, scales: torch.Tensor, per: int, in_bits: int, in_group_size: int,
-                   bits: int, group_size: int, *, stochastic: bool = True, seed=None) -> QuantizedTensor:
+                   bits: int, group_size: int, *, stochastic: bool = True, seed=None,
+                   backend: str | None = None) -> QuantizedTensor:
     """Quantization of the sum of ``k`` dequantized rows in one pass (TLq stage 2: the copies one rank received from
     the ranks of its node, summed in row order, to ``bits`` for the inter-node all-to-all).
 
@@ -213,7 +276,7 @@ def requantize_sum(codes: torch.Tensor, scales: torch.Tensor, per: int, in_bits:
         scales: fp32 ``(k, ceil(per / in_group_size))``.
         per: values per row.
         in_bits, in_group_size: the rows' quantization.
-        bits, group_size, stochastic, seed: the output's quantization, as in :func:`quantize`.
+        bits, group_size, stochastic, seed, backend: the output's quantization, as in :func:`quantize`.
 
     Returns:
         :class:`~strata.comm.quantize.QuantizedTensor` of ``per`` values.
@@ -228,7 +291,12 @@ def requantize_sum(codes: torch.Tensor, scales: torch.Tensor, per: int, in_bits:
     n_groups = -(-per // group_size)
     out = _empty_codes(n_groups * group_size, bits, codes.device)
     out_scales = torch.empty(n_groups, dtype=torch.float32, device=codes.device)
-    if n_groups:
+    if n_groups and _backend(backend, codes) == "numba":
+        k, rows, sc = _numba(), _np(codes), scales.contiguous().numpy()
+        c, osc, sd = _np(out), out_scales.numpy(), _numba_seed(seed)
+        _split(n_groups, lambda g0, g1: k.requantize_groups(rows, sc, in_bits, in_group_size, per, group_size, bits,
+                                                              bool(stochastic), sd, c, osc, g0, g1))
+    elif n_groups:
         block, rows, warps = _tiling(group_size)
         _kernels(codes).requantize_kernel[(_cdiv(n_groups, rows),)](
             codes, codes.stride(0), scales.contiguous(), scales.shape[1], k, per, out, out_scales,
@@ -239,7 +307,7 @@ def requantize_sum(codes: torch.Tensor, scales: torch.Tensor, per: int, in_bits:
 
 def dequantize_add(codes: torch.Tensor, scales: torch.Tensor, per: int, bits: int, group_size: int,
                    out: torch.Tensor, *, copies: int = 1, inverse_hadamard: bool = False, accumulate: bool = True,
-                   round_to: torch.dtype | None = None) -> torch.Tensor:
+                   round_to: torch.dtype | None = None, backend: str | None = None) -> torch.Tensor:
     """The receiving side in one pass: segment ``i`` of ``out`` (``per`` values) gets the sum of the dequantized rows
     ``i * copies .. (i + 1) * copies - 1`` (in that order), inverse-Hadamard transformed (``inverse_hadamard32``)
     if asked, added to ``out``'s values (``accumulate``, in fp32) or written, rounded to ``round_to`` then ``out``'s
@@ -251,6 +319,7 @@ def dequantize_add(codes: torch.Tensor, scales: torch.Tensor, per: int, bits: in
         out: contiguous float tensor of ``segments * per`` values on the rows' device, updated in place.
         copies: rows summed into each segment.
         round_to: dtype the result is rounded to before it is stored (default ``out.dtype``).
+        backend: as in :func:`quantize`.
 
     Returns:
         ``out``.
@@ -271,9 +340,34 @@ def dequantize_add(codes: torch.Tensor, scales: torch.Tensor, per: int, bits: in
     round_to = out.dtype if round_to is None else round_to
     if round_to not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         raise UnsupportedDtypeError(f"round_to must be a floating-point dtype, got {round_to}")
-    if per and k:
+    if per and k and _backend(backend, codes) == "numba":
+        _dequantize_add_numba(codes, scales, per, bits, group_size, out, copies, inverse_hadamard, accumulate,
+                              round_to)
+    elif per and k:
         _kernels(codes).dequantize_add_kernel[(_cdiv(per, _TILE), k // copies)](
             codes, codes.stride(0), scales.contiguous(), scales.shape[1], copies, per, flat, BITS=bits,
             GROUP=group_size, TILE=_TILE, INVERSE_HADAMARD=bool(inverse_hadamard), ACCUMULATE=bool(accumulate),
             ROUND_TO=_tl_dtype(round_to), num_warps=8, **_EXACT)
     return out
+
+
+def _numba():
+    from . import _numba
+
+    return _numba
+
+
+def _dequantize_add_numba(codes, scales, per, bits, group_size, out, copies, inverse_hadamard, accumulate,
+                          round_to) -> None:
+    """:func:`dequantize_add` by the numba kernel, on ``out`` itself when it and ``round_to`` are fp32 or bf16 (a
+    bf16 result is rounded to nearest even), else through an fp32 copy of ``out`` rounded by torch as asked."""
+    k = _numba()
+    direct = out.dtype in (torch.float32, torch.bfloat16) and round_to in (torch.float32, torch.bfloat16)
+    work = out.view(-1) if direct else out.view(-1).float()
+    rnd = k.ROUND_BF16 if direct and torch.bfloat16 in (round_to, out.dtype) else k.ROUND_NONE
+    rows, sc, w = _np(codes), scales.contiguous().numpy(), _np(work)
+    _split(per, lambda v0, v1: k.dequantize_add_values(rows, sc, bits, group_size, copies, per, w,
+                                                       bool(inverse_hadamard), bool(accumulate), rnd, v0, v1),
+           align=32)
+    if not direct:
+        out.view(-1).copy_(work.to(round_to))

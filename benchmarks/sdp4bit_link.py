@@ -566,6 +566,14 @@ def summarize(rate_bits: float, tbf: dict, ranks: list[dict], qdisc: list[str]) 
     return entry
 
 
+def _rows(report: dict):
+    """``(rate entry, model name, model entry, arm, arm entry)`` of every row of the report, in order."""
+    for e in report["rates"]:
+        for name, m in e["models"].items():
+            for arm, a in m["arms"].items():
+                yield e, name, m, arm, a
+
+
 def markdown(report: dict) -> str:
     s = report["setup"]
     lines = [f"SDP4Bit over a rate-limited link: 2 network namespaces x {RANKS_PER_NODE} gloo ranks, "
@@ -575,32 +583,28 @@ def markdown(report: dict) -> str:
              "projected step ms | projected speedup | measured / projected speedup | "
              f"projected speedup, kernels at {GPU_KERNEL_GBPS:g} GB/s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for e in report["rates"]:
-        for name, m in e["models"].items():
-            for arm, a in m["arms"].items():
-                st = a["step_s"]
-                lines.append(
-                    f"| {e['rate_limit_gbit']:g} Gbit/s | {e['inter_node']['gbit_per_s']:.2f} Gbit/s | "
-                    f"{e['intra_node']['gbps']:.2f} GB/s | {name} ({m['params'] / 1e6:.1f} M) | {arm} | "
-                    f"{1e3 * st['median']:.0f} ({1e3 * st['min']:.0f}-{1e3 * st['max']:.0f}) | "
-                    f"{a['tokens_per_s']:.0f} | {a['speedup']:.2f}x | {1e3 * a['model']['step_s']:.0f} | "
-                    f"{a['model']['speedup']:.2f}x | {a['speedup_measured_over_projected']:.2f} | "
-                    f"{a['projected_speedup_gpu_kernels']:.2f}x |")
+    for e, name, m, arm, a in _rows(report):
+        st = a["step_s"]
+        lines.append(
+            f"| {e['rate_limit_gbit']:g} Gbit/s | {e['inter_node']['gbit_per_s']:.2f} Gbit/s | "
+            f"{e['intra_node']['gbps']:.2f} GB/s | {name} ({m['params'] / 1e6:.1f} M) | {arm} | "
+            f"{1e3 * st['median']:.0f} ({1e3 * st['min']:.0f}-{1e3 * st['max']:.0f}) | "
+            f"{a['tokens_per_s']:.0f} | {a['speedup']:.2f}x | {1e3 * a['model']['step_s']:.0f} | "
+            f"{a['model']['speedup']:.2f}x | {a['speedup_measured_over_projected']:.2f} | "
+            f"{a['projected_speedup_gpu_kernels']:.2f}x |")
     lines += ["", "Where the time goes (medians, ms per step; node-0 veth bytes per step vs the model's inter-node "
               "bytes):", "",
               "| link limit | model | arm | fwd+bwd | grad reduce-scatter | optimizer + weight all-gather | "
               "optimizer alone | model: compute / weights / grads / quant | veth MB/step | model MB/step |",
               "|---|---|---|---|---|---|---|---|---|---|"]
-    for e in report["rates"]:
-        for name, m in e["models"].items():
-            for arm, a in m["arms"].items():
-                p = a["model"]
-                lines.append(
-                    f"| {e['rate_limit_gbit']:g} Gbit/s | {name} | {arm} | {1e3 * a['fwd_bwd_s']:.0f} | "
-                    f"{1e3 * a['reduce_scatter_s']:.0f} | {1e3 * a['optimizer_allgather_s']:.0f} | "
-                    f"{1e3 * a['optimizer_only_s']:.0f} | {1e3 * p['compute_s']:.0f} / {1e3 * p['weight_comm_s']:.0f}"
-                    f" / {1e3 * p['grad_comm_s']:.0f} / {1e3 * p['quant_s']:.0f} | "
-                    f"{a['node0_veth_tx_bytes_per_step'] / 1e6:.2f} | {a['model_inter_bytes_per_step'] / 1e6:.2f} |")
+    for e, name, _, arm, a in _rows(report):
+        p = a["model"]
+        lines.append(
+            f"| {e['rate_limit_gbit']:g} Gbit/s | {name} | {arm} | {1e3 * a['fwd_bwd_s']:.0f} | "
+            f"{1e3 * a['reduce_scatter_s']:.0f} | {1e3 * a['optimizer_allgather_s']:.0f} | "
+            f"{1e3 * a['optimizer_only_s']:.0f} | {1e3 * p['compute_s']:.0f} / {1e3 * p['weight_comm_s']:.0f}"
+            f" / {1e3 * p['grad_comm_s']:.0f} / {1e3 * p['quant_s']:.0f} | "
+            f"{a['node0_veth_tx_bytes_per_step'] / 1e6:.2f} | {a['model_inter_bytes_per_step'] / 1e6:.2f} |")
     lines += ["", "Intra-node traffic check: bytes node 0's veth sent during the intra-node bandwidth test "
               "(rank 0 -> rank 1, per transfer): " + "; ".join(
                   f"{e['rate_limit_gbit']:g} Gbit/s: {e['intra_node']['sender_veth_tx_bytes']}"

@@ -60,7 +60,7 @@ from ..container import KIND_CHECKPOINT, MAX_HEADER, Source, check_crc, crc32, p
 from ..errors import CorruptStreamError, FormatError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import codec
 from .capture import pinned_buffer
-from .ranges import Ranges
+from .ranges import Pieces, Ranges
 from .state import NUMPY_DTYPES, TORCH_NAMES, Tensor, TorchBytes, check_skeleton, flatten, on_device, unflatten
 
 #: Largest decoded segment strata will allocate (1 TiB); larger ones raise ``ResourceLimitError``.
@@ -106,7 +106,7 @@ class Snapshot:
 
 
 def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list | None = None,
-          alloc=None, copy=None) -> Snapshot:
+          alloc=None, copy=None, share: bool = False) -> Snapshot:
     """Gather the tensors of each dtype into segments (in order of appearance).
 
     The bytes are copied once into the segments, and each tensor's ``data`` becomes a view
@@ -118,7 +118,10 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
     recycled one. Tensors whose bytes come as :class:`~strata.checkpoint.state.TorchBytes`
     are copied once every buffer exists, by ``copy(pairs)`` if given (``pairs``: a list of
     ``(uint8 destination view, TorchBytes)``; e.g. :func:`strata.checkpoint.capture.start`,
-    which may still be copying when ``group`` returns), else here.
+    which may still be copying when ``group`` returns), else here. With ``share`` the
+    segments of tensors in host memory are their own bytes, read where they lie
+    (:class:`~strata.checkpoint.ranges.Pieces`): nothing is copied, for a caller that codes the
+    snapshot before the tensors may change.
 
     Raises:
         InvalidInputError: a tensor whose shape a checkpoint cannot hold (more than
@@ -142,6 +145,8 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
         keys.append((dtype, tuple((tensors[i].name, tuple(tensors[i].shape)) for i in idx)))
         if segments is None and all(isinstance(tensors[i].data, Ranges) for i in idx):
             built.append(Ranges.join([tensors[i].data for i in idx]))
+        elif segments is None and share and not any(_on_device(tensors[i].data) for i in idx):
+            built.append(Pieces([_host(tensors[i].data) for i in idx]))
         elif segments is None:
             seg = np.empty(off, np.uint8) if alloc is None else alloc(off)
             for i in idx:
@@ -158,6 +163,15 @@ def group(skeleton, tensors: list[Tensor], source: str = "state", segments: list
         for out, d in copies:
             d.copy_to(out)
     return Snapshot(skeleton, tensors, built if segments is None else segments, keys, seg_of, source=source)
+
+
+def _on_device(data) -> bool:
+    return isinstance(data, TorchBytes) and data.on_device
+
+
+def _host(data) -> np.ndarray:
+    """The uint8 bytes of a tensor in host memory (a view of a torch tensor's)."""
+    return data.host_view() if isinstance(data, TorchBytes) else data
 
 
 def encode(snap: Snapshot, base: Snapshot | None = None, base_file: str | None = None,
@@ -240,7 +254,7 @@ def _pairs(snap: Snapshot, base: Snapshot | None) -> list[tuple]:
 
 def _reader(seg):
     """``read(lo, hi)`` of a segment (an array, or ranges of a file)."""
-    return seg.read if isinstance(seg, Ranges) else (lambda lo, hi: seg[lo:hi])
+    return seg.read if isinstance(seg, (Ranges, Pieces)) else (lambda lo, hi: seg[lo:hi])
 
 
 def _meta(dtype: str, nbytes: int, head: bytes, length: int, delta: bool) -> dict:
@@ -665,7 +679,8 @@ def save(state_dict, path, base=None, workers: int | None = None) -> None:
     """
     path = Path(path)
     skeleton, tensors = flatten(state_dict, lazy=True)
-    snap = group(skeleton, tensors, alloc=pinned_buffer if on_device(tensors) else None)  # (GPU: one copy, pinned)
+    # (GPU tensors: one copy, into pinned memory; host tensors are coded where they lie)
+    snap = group(skeleton, tensors, alloc=pinned_buffer if on_device(tensors) else None, share=True)
     base_snap, base_file = _read_base(base, path, workers)
     write_snapshot(path, snap, base_snap, base_file, workers)
 

@@ -81,6 +81,10 @@ class TorchBytes:
     def on_device(self) -> bool:
         return not self.tensor.is_cpu
 
+    def host_view(self) -> np.ndarray:
+        """The bytes of a tensor on the CPU, as a uint8 NumPy view of its memory (no copy)."""
+        return self.tensor.reshape(-1).view(_torch_uint8(self.tensor)).numpy()
+
     def copy_to(self, out: np.ndarray) -> None:
         """Copy the bytes into ``out`` (uint8, ``size`` bytes), now (from a GPU: synchronously)."""
         if self.size and self.on_device:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -103,20 +104,21 @@ def _backend(backend: str | None, t: torch.Tensor) -> str:
     return backend
 
 
-_POOL: list[ThreadPoolExecutor] = []
+_POOLS: dict[int, ThreadPoolExecutor] = {}  # by thread count, kept for the process
+_POOLS_LOCK = threading.Lock()
 
 
 def _split(n: int, run, align: int = 1) -> None:
     """``run(lo, hi)`` over ``0 .. n`` in parts on ``torch.get_num_threads()`` threads (the kernels release the
     GIL), each part's start a multiple of ``align``."""
     k = max(1, min(torch.get_num_threads(), -(-n // (align * 64))))
-    edges = [min(n, -(-n * i // k) // align * align) for i in range(k)] + [n]
     if k == 1:
         run(0, n)
         return
-    if not _POOL or _POOL[0]._max_workers < k:
-        _POOL[:] = [ThreadPoolExecutor(k, thread_name_prefix="strata-comm")]
-    for f in [_POOL[0].submit(run, lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]:
+    edges = [min(n, -(-n * i // k) // align * align) for i in range(k)] + [n]
+    with _POOLS_LOCK:
+        pool = _POOLS.get(k) or _POOLS.setdefault(k, ThreadPoolExecutor(k, thread_name_prefix="strata-comm"))
+    for f in [pool.submit(run, lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]:
         f.result()
 
 

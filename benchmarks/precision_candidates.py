@@ -122,7 +122,7 @@ def stream(x: np.ndarray, eb: float, prev: np.ndarray | None = None, prev_eb: fl
         done.add(ax)
     if not np.abs(xh - x).max() <= eb * (1 + 1e-9):
         raise AssertionError("the model missed its bound")
-    return xh, sum(_level_bits(parts) for parts in codes.values())
+    return xh, sum(_level_bits(parts) for parts in codes.values()), codes
 
 
 def _level_bits(parts: list) -> float:
@@ -142,6 +142,51 @@ def _level_bits(parts: list) -> float:
     a = np.minimum(np.clip(lo - off, 0, dense.size), q - off).astype(np.int64)
     b = np.maximum(np.clip(hi - off + 1, 0, dense.size), q - off + 1).astype(np.int64)
     return float(-np.log2(dense[(q - off).astype(np.int64)] / (cum[b] - cum[a])).sum())
+
+
+def truncated_plane_bits(x: np.ndarray, finest: float, bounds: list[float]) -> list[float]:
+    """Bits read at each of ``bounds`` from one stream at ``finest`` whose codes are stored as bit planes, most
+    significant first (IPComp's layout): level ``l`` read without its ``t_l`` lowest planes (each code known to a
+    bucket of ``2**t_l``, reconstructed at the bucket's middle), decoded in one pass from the values so read. Linear
+    interpolation passes a reference's error on unchanged, so a pass of level ``l`` adds at most
+    ``finest * (2**t_l - 1)`` to what its references carry: the ``t_l`` minimize the bits (the entropy of each level's
+    truncated codes) subject to ``finest * (1 + sum_l passes_l * (2**t_l - 1)) <= bound`` (a Lagrangian search)."""
+    _, _, codes = stream(x, finest)
+    counts = {0: 1}
+    for level, _, _ in passes(x.shape):
+        counts[level] = counts.get(level, 0) + 1
+    cost = {}
+    for level, parts in codes.items():
+        q = np.concatenate([p[0] for p in parts]).astype(np.int64)
+        for t in range(40):
+            _, c = np.unique(q >> t, return_counts=True)
+            cost[level, t] = float(-(c * np.log2(c / c.sum())).sum())
+            if c.size == 1:
+                break
+    tmax = {lv: max(t for lv2, t in cost if lv2 == lv) for lv in codes}
+    out = []
+    for bound in bounds:
+        budget = bound / finest - 1
+
+        def pick(lam):
+            ts = {lv: min(range(tmax[lv] + 1), key=lambda t, lv=lv: cost[lv, t] + lam * counts[lv] * (2 ** t - 1))
+                  for lv in codes}
+            return ts, sum(counts[lv] * (2 ** t - 1) for lv, t in ts.items())
+
+        lo, hi = 0.0, 1e12
+        for _ in range(200):
+            mid = math.sqrt(lo * hi) if lo > 0 else hi / 1e6
+            ts, used = pick(mid)
+            if used > budget:
+                lo = mid
+            else:
+                hi = mid
+            if hi / max(lo, 1e-300) < 1 + 1e-9:
+                break
+        ts, used = pick(hi)
+        assert used <= budget
+        out.append(sum(cost[lv, t] for lv, t in ts.items()))
+    return out
 
 
 def bitplane_bits(x: np.ndarray, xh: np.ndarray, e0: float, bounds: list[float]) -> list[float]:
@@ -170,13 +215,15 @@ def field_rows(path: Path) -> dict:
     vr = float(x.max() - x.min()) or 1.0
     n = x.size
     dedicated = {e: stream(x, e * vr)[1] / n for e in sorted(set(TARGETS) | {b for v in SPACINGS.values() for b in v})}
+    finest = min(SPACINGS["decade"])
+    truncated = truncated_plane_bits(x, finest * vr, [t * vr for t in TARGETS])
     out = {"points": n, "dedicated_bits_per_point": {f"{e:g}": b for e, b in dedicated.items()}, "layerings": {}}
     for spacing, bounds in SPACINGS.items():
         layerings, first = {}, {}
         for name, nested in (("conditional", False), ("nested", True)):
             prev, prev_eb, total, cum = None, 0.0, 0.0, []
             for e in bounds:
-                xh, bits = stream(x, e * vr, prev, prev_eb, nested)
+                xh, bits, _ = stream(x, e * vr, prev, prev_eb, nested)
                 first.setdefault(name, xh)
                 total += bits / n
                 cum.append(total)
@@ -193,6 +240,10 @@ def field_rows(path: Path) -> dict:
                                   "passes": 1 if name == "bitplanes" else k + 1}
             out["layerings"][f"{name}, {spacing}"] = {
                 "targets": rows, "finest_vs_dedicated": layered[-1] / dedicated[bounds[-1]]}
+    out["layerings"]["truncated planes (IPComp-like)"] = {
+        "targets": {f"{t:g}": {"read_bits_per_point": b / n, "vs_dedicated": b / n / dedicated[t], "passes": 1}
+                    for t, b in zip(TARGETS, truncated)},
+        "finest_vs_dedicated": 1.0}
     return out
 
 

@@ -39,7 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.gpu_gpt import gpt, loss_fn  # noqa: E402
+from benchmarks.gpu_gpt import device_for, gpt, loss_fn  # noqa: E402
 
 import strata.checkpoint as sc  # noqa: E402
 from strata.checkpoint import codec  # noqa: E402
@@ -273,11 +273,7 @@ def main():
     args = ap.parse_args()
     if args.smoke:
         args.state_gb, args.steps, args.codec_mib, args.threads = 0.01, 20, 4, [1, 2]
-        device = torch.device("cpu")
-    elif not torch.cuda.is_available():
-        sys.exit("checkpoint_gpu.py needs a CUDA GPU (or --smoke)")
-    else:
-        device = torch.device("cuda")
+    device = device_for(args.smoke, "checkpoint_gpu.py")
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
         folder = Path(tmp)

@@ -3,7 +3,18 @@ transformer layers, bf16, about 330 M parameters (width 1024, 24 layers, vocabul
 ``--smoke`` runs on the CPU; random tokens (the speed of a step does not depend on the text)."""
 from __future__ import annotations
 
+import sys
+
 import torch
+
+
+def device_for(smoke: bool, script: str) -> torch.device:
+    """The CPU for a ``--smoke`` run, else the GPU (exits naming ``script`` when torch sees none)."""
+    if smoke:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        sys.exit(f"{script} needs a CUDA GPU (or --smoke)")
+    return torch.device("cuda")
 
 
 def gpt(device, smoke: bool = False):

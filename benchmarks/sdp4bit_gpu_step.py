@@ -38,7 +38,7 @@ for p in (ROOT, ROOT / "src"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from benchmarks.gpu_gpt import gpt, loss_fn  # noqa: E402
+from benchmarks.gpu_gpt import device_for, gpt, loss_fn  # noqa: E402
 from benchmarks.sdp4bit_link import effective_quant_gbps, kernel_ops  # noqa: E402
 
 from strata.atomic import atomic_write  # noqa: E402
@@ -207,11 +207,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     if args.smoke:
         args.numel, args.repeats, args.steps = 1 << 16, 2, 2
-        device = torch.device("cpu")
-    elif not torch.cuda.is_available():
-        sys.exit("sdp4bit_gpu_step.py needs a CUDA GPU (or --smoke)")
-    else:
-        device = torch.device("cuda")
+    device = device_for(args.smoke, "sdp4bit_gpu_step.py")
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (smoke)",
               "torch": torch.__version__, "numel": args.numel, "repeats": args.repeats, "steps": args.steps}

@@ -161,35 +161,46 @@ def model_quant_values(config: CommConfig, params: float, world: int, per_node: 
     return out
 
 
-def kernel_values(config: CommConfig, params: float, world: int, per_node: int) -> dict[str, float]:
-    """Input values per rank per step of each quantization kernel ``config`` runs with strata.comm's fused kernels
-    (keys: :func:`kernel_ops`' names): the weight all-gather quantizes the own shard ``P/D`` and dequantizes every
-    shard into the replica (``P``); the two-level reduce-scatter quantizes the whole vector ``P`` (with the Hadamard
-    transform), sums the ``L`` received intra-node copies of ``P/L`` values into a re-quantization (``P``, with
-    more than one node), and sums the received copies of the own shard (``P/L`` with more than one node)."""
+def kernels_run(config: CommConfig, params: float, world: int, per_node: int) -> list[tuple[str, float, str, dict]]:
+    """``(name, input values per rank per step, kind, layout)`` of each quantization kernel ``config`` runs with
+    strata.comm's fused kernels: the weight all-gather quantizes the own shard ``P/D`` (``"quantize"``) and
+    dequantizes every shard into the replica (``P``, ``"receive"``); the two-level reduce-scatter quantizes the whole
+    vector ``P`` (with the Hadamard transform), sums the ``L`` received intra-node copies of ``P/L`` values into a
+    re-quantization (``P``, ``"requantize"``, with more than one node), and sums the received copies of the own shard
+    (``P/L`` with more than one node, ``"sum"``). ``layout`` holds the kernel's bits, group sizes and options."""
     p, d, ell = float(params), world, per_node
     nodes = d // ell
-    out: dict[str, float] = {}
+    out = []
     if config.weight_mode != "plain":
-        w = f"int{config.weight_bits} g{config.weight_group_size}"
-        out[f"weights: {'qWD difference + ' if config.weight_mode == 'qwd' else ''}quantize {w}"] = p / d
-        out[f"weights: dequantize {w} {'+ add ' if config.weight_mode == 'qwd' else ''}into the replica"] = p
+        b, g, qwd = config.weight_bits, config.weight_group_size, config.weight_mode == "qwd"
+        out.append((f"weights: {'qWD difference + ' if qwd else ''}quantize int{b} g{g}", p / d, "quantize",
+                    dict(bits=b, group=g, qwd=qwd, hadamard=False)))
+        out.append((f"weights: dequantize int{b} g{g} {'+ add ' if qwd else ''}into the replica", p, "receive",
+                    dict(bits=b, group=g, add=qwd)))
     if config.grad_mode != "plain":
         intra = (config.grad_bits_intra, config.grad_group_size_intra)
         inter = (config.grad_bits_inter, config.grad_group_size_inter)
         first = intra if ell > 1 else inter
         h = "hadamard + " if config.hadamard else ""
-        out[f"grads: {h}quantize int{first[0]} g{first[1]}"] = p
+        out.append((f"grads: {h}quantize int{first[0]} g{first[1]}", p, "quantize",
+                    dict(bits=first[0], group=first[1], qwd=False, hadamard=config.hadamard)))
         last, copies = (first, ell) if nodes == 1 else (inter, nodes)
         if ell > 1 and nodes > 1:
-            out[f"grads: {ell}x dequantize int{intra[0]} g{intra[1]} + sum + quantize int{inter[0]} g{inter[1]}"] = p
+            out.append((f"grads: {ell}x dequantize int{intra[0]} g{intra[1]} + sum + quantize int{inter[0]} "
+                        f"g{inter[1]}", p, "requantize", dict(copies=ell, rows=intra, out=inter)))
         inverse = " + inverse hadamard" if config.hadamard else ""
-        out[f"grads: {copies}x dequantize int{last[0]} g{last[1]} + sum{inverse}"] = copies * p / d
+        out.append((f"grads: {copies}x dequantize int{last[0]} g{last[1]} + sum{inverse}", copies * p / d, "sum",
+                    dict(copies=copies, rows=last, inverse=config.hadamard)))
     return out
 
 
+def kernel_values(config: CommConfig, params: float, world: int, per_node: int) -> dict[str, float]:
+    """Input values per rank per step of each kernel of :func:`kernels_run`, by name."""
+    return {name: values for name, values, _, _ in kernels_run(config, params, world, per_node)}
+
+
 def kernel_ops(configs, x: torch.Tensor, gen: torch.Generator, per_node: int, world: int) -> dict:
-    """``{name: callable}``: each kernel of :func:`kernel_values` for ``configs``, by strata.comm's fused kernels
+    """``{name: callable}``: each kernel of :func:`kernels_run` for ``configs``, by strata.comm's fused kernels
     (``strata.comm.kernels``: numba on the CPU, Triton on a GPU), on ``x.numel()`` input values (a multiple of 4096)
     on ``x``'s device; ``gen`` is a CPU generator."""
     from strata.comm import kernels
@@ -203,27 +214,25 @@ def kernel_ops(configs, x: torch.Tensor, gen: torch.Generator, per_node: int, wo
         return torch.stack([q.codes for q in qs]), torch.stack([q.scales for q in qs])
 
     for cfg in configs:
-        for name in kernel_values(cfg, n, world, per_node):
+        for name, _, kind, k in kernels_run(cfg, n, world, per_node):
             if name in out:
                 continue
-            nums = [int(v) for v in re.findall(r"(?:int|g|^grads: )(\d+)", name)]
-            if name.startswith("weights: ") and "into the replica" not in name:
-                out[name] = partial(kernels.quantize, x, *nums, seed=gen, round_to=torch.bfloat16,
-                                    subtract=replica if "qWD" in name else None)
-            elif name.startswith("weights: "):
-                out[name] = partial(kernels.dequantize_add, *quantized_rows(1, *nums), n, *nums, replica,
-                                    accumulate="+ add" in name, round_to=torch.bfloat16)
-            elif "+ sum + quantize" in name:
-                copies, bits_in, group_in, bits, group = nums
-                out[name] = partial(kernels.requantize_sum, *quantized_rows(copies, bits_in, group_in), n // copies,
-                                    bits_in, group_in, bits, group, seed=gen)
-            elif "+ sum" in name:
-                copies, bits, group = nums
-                out[name] = partial(kernels.dequantize_add, *quantized_rows(copies, bits, group), n // copies, bits,
-                                    group, torch.empty(n // copies, device=x.device), copies=copies, accumulate=False,
-                                    inverse_hadamard="inverse" in name)
+            if kind == "quantize":
+                out[name] = partial(kernels.quantize, x, k["bits"], k["group"], seed=gen, hadamard=k["hadamard"],
+                                    subtract=replica if k["qwd"] else None,
+                                    round_to=torch.bfloat16 if name.startswith("weights") else None)
+            elif kind == "receive":
+                out[name] = partial(kernels.dequantize_add, *quantized_rows(1, k["bits"], k["group"]), n, k["bits"],
+                                    k["group"], replica, accumulate=k["add"], round_to=torch.bfloat16)
+            elif kind == "requantize":
+                c = k["copies"]
+                out[name] = partial(kernels.requantize_sum, *quantized_rows(c, *k["rows"]), n // c, *k["rows"],
+                                    *k["out"], seed=gen)
             else:
-                out[name] = partial(kernels.quantize, x, *nums, seed=gen, hadamard="hadamard" in name)
+                c = k["copies"]
+                out[name] = partial(kernels.dequantize_add, *quantized_rows(c, *k["rows"]), n // c, *k["rows"],
+                                    torch.empty(n // c, device=x.device), copies=c, accumulate=False,
+                                    inverse_hadamard=k["inverse"])
     return out
 
 

@@ -19,6 +19,14 @@ from ..container import Source
 _SCRATCH = threading.local()
 
 
+def _scratch(n: int) -> np.ndarray:
+    """This thread's gather buffer, ``n`` bytes of it (at least 1 MiB kept, reused at its next call)."""
+    out = getattr(_SCRATCH, "buf", None)
+    if out is None or out.size < n:
+        out = _SCRATCH.buf = np.empty(max(n, 1 << 20), np.uint8)
+    return out[:n]
+
+
 class Ranges:
     """A run of bytes that lies in a :class:`~strata.container.Source` as ranges, read on demand.
 
@@ -43,10 +51,7 @@ class Ranges:
 
     def read(self, lo: int, hi: int) -> np.ndarray:
         """Bytes ``lo .. hi`` (a uint8 array this thread reuses at its next call)."""
-        out = getattr(_SCRATCH, "buf", None)
-        if out is None or out.size < hi - lo:
-            out = _SCRATCH.buf = np.empty(max(hi - lo, 1 << 20), np.uint8)
-        out = out[:hi - lo]
+        out = _scratch(hi - lo)
         k, pos = bisect_right(self._starts, lo) - 1, lo
         while pos < hi:
             offset, n = self.ranges[k]
@@ -81,10 +86,7 @@ class Pieces:
         k = bisect_right(self._starts, lo) - 1
         if hi <= self._starts[k + 1]:  # (within one part)
             return self.parts[k][lo - self._starts[k]:hi - self._starts[k]]
-        out = getattr(_SCRATCH, "pieces", None)
-        if out is None or out.size < hi - lo:
-            out = _SCRATCH.pieces = np.empty(max(hi - lo, 1 << 20), np.uint8)
-        out, pos = out[:hi - lo], lo
+        out, pos = _scratch(hi - lo), lo
         while pos < hi:
             a = pos - self._starts[k]
             b = min(self.parts[k].size, hi - self._starts[k])

@@ -8,7 +8,8 @@ __all__ = ["compress", "decompress", "open", "__version__"]
 
 
 def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None, enhance=None,
-             enhance_options=None, target_psnr=None, target_ratio=None, target_ssim=None, objective="ratio") -> bytes:
+             enhance_options=None, target_psnr=None, target_ratio=None, target_ssim=None, objective="ratio",
+             progressive=None, layers=None) -> bytes:
     """Error-bounded lossy compression of a float32/float64 array.
 
     See :func:`strata.lossy.compress`: exactly one of ``abs_error`` (absolute) and
@@ -28,7 +29,25 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     quality or size: :func:`strata.quality.compress_to_target` picks the bound with the quality
     predictor and corrects it with at most three compressions; the stream records the target
     and the value reached (``strata info``, :attr:`strata.lossy.LossyReader.target`).
+
+    ``progressive="precision"`` writes precision layers (:func:`strata.lossy.compress_layers`):
+    one stream readable at any bound from its coarsest layer (``layers``: the coarser bounds,
+    of the kind of the bound given; default every decade up to 1e-2 of the value range) down
+    to the bound given, reading only the layers that bound needs (``strata.decompress(...,
+    error_bound=...)``, :meth:`strata.lossy.LayeredReader.read` and ``refine``).
     """
+    if progressive is not None or layers is not None:
+        from .errors import InvalidInputError
+
+        if progressive != "precision":
+            raise InvalidInputError(f'progressive must be "precision" (layers need it), got {progressive!r}')
+        if enhance is not None or enhance_options is not None or target_psnr is not None or target_ratio is not None \
+                or target_ssim is not None:
+            raise InvalidInputError("precision layers take a bound (abs_error or rel_error), without enhance")
+        from .lossy import compress_layers
+
+        return compress_layers(array, abs_error=abs_error, rel_error=rel_error, layers=layers, mask=mask,
+                               fill_value=fill_value, metadata=metadata, objective=objective)
     targets = {m: v for m, v in (("psnr", target_psnr), ("ratio", target_ratio), ("ssim", target_ssim))
                if v is not None}
     if targets:
@@ -63,7 +82,8 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
                      metadata=metadata, objective=objective)
 
 
-def decompress(data, *, level=None, region=None, masked=False, max_output_bytes=None, enhance=True):
+def decompress(data, *, level=None, region=None, masked=False, max_output_bytes=None, enhance=True,
+               error_bound=None):
     """Decode a lossy stream (bytes, path or file object) to a numpy array.
 
     ``level=k`` decodes levels ``0..k`` and interpolates a full-resolution preview;
@@ -75,17 +95,40 @@ def decompress(data, *, level=None, region=None, masked=False, max_output_bytes=
     (``strata.compress(..., enhance=...)``) is enhanced on a full-resolution read (whole or
     region); ``enhance=False`` returns the plain decoded values. See
     :meth:`strata.lossy.LossyReader.read`.
-    """
-    from .lossy import LossyReader
 
-    with LossyReader(data) as r:
+    ``error_bound`` (absolute): read a stream in precision layers
+    (``compress(..., progressive="precision")``) at that bound, fetching only the layers it
+    needs; for a plain stream it must be at least the stream's bound. A bound finer than the
+    stream holds raises ``InvalidInputError``.
+    """
+    from .lossy import LayeredReader, open_array
+
+    with open_array(data) as r:
+        if isinstance(r, LayeredReader):
+            return r.read(error_bound, level, region, masked=masked, max_output_bytes=max_output_bytes)
+        if error_bound is not None:
+            _check_plain_bound(r, error_bound)
         return r.read(level=level, region=region, masked=masked, max_output_bytes=max_output_bytes,
                       enhance=enhance)
 
 
+def _check_plain_bound(reader, error_bound) -> None:
+    """A plain stream read at ``error_bound``: at least its guaranteed error, or InvalidInputError."""
+    from .errors import InvalidInputError
+
+    try:
+        e = float(error_bound)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"error_bound must be a number, got {error_bound!r}") from exc
+    if not e >= reader.guaranteed_error:
+        raise InvalidInputError(f"the stream's bound is {reader.guaranteed_error:g} (one layer); it cannot be read "
+                                f"at {e:g}")
+
+
 def open(source):  # noqa: A001 - the public name the API asks for
     """Open a lossy stream (bytes, path or binary file object) for progressive or region
-    reads; returns a :class:`strata.lossy.LossyReader`."""
-    from .lossy import LossyReader
+    reads; returns a :class:`strata.lossy.LossyReader`, or a
+    :class:`strata.lossy.LayeredReader` for a stream in precision layers."""
+    from .lossy import open_array
 
-    return LossyReader(source)
+    return open_array(source)

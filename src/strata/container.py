@@ -42,7 +42,10 @@ KIND_LOSSY = 1
 KIND_CHECKPOINT = 2
 #: Several lossy streams of one snapshot (:mod:`strata.enhance.fields`).
 KIND_FIELDS = 3
-KIND_NAMES = {KIND_LOSSY: "a lossy array", KIND_CHECKPOINT: "a checkpoint", KIND_FIELDS: "a field set"}
+#: An array in precision layers (:mod:`strata.lossy.layers`): lossy streams at decreasing bounds.
+KIND_LAYERS = 4
+KIND_NAMES = {KIND_LOSSY: "a lossy array", KIND_CHECKPOINT: "a checkpoint", KIND_FIELDS: "a field set",
+              KIND_LAYERS: "an array in precision layers"}
 
 _PREAMBLE = struct.Struct("<4sBBI")
 #: Largest header strata accepts (a header holds sizes, not data).
@@ -90,6 +93,8 @@ class Source:
 
     Attributes:
         size: the stream's length in bytes (a file object's: from its position at the call).
+        bytes_read: bytes read so far through this source and its parts (:meth:`part`), for
+            the accounting of a read (:meth:`strata.lossy.LossyReader.bytes_for`).
 
     Raises:
         TypeError: ``source`` is none of these.
@@ -101,12 +106,16 @@ class Source:
         self._own = self._f = self._mem = None
         self._base = 0
         self._lock = threading.Lock()
+        self._root = self
+        self._pread = False
+        self.bytes_read = 0
         if isinstance(source, (bytes, bytearray, memoryview)):
             self._mem = memoryview(source).cast("B")
             self.size = len(self._mem)
         elif isinstance(source, (str, os.PathLike)):
             self._f = self._own = open_regular(source)
             self.size = os.fstat(self._f.fileno()).st_size
+            self._pread = hasattr(os, "preadv")
         elif hasattr(source, "read") and hasattr(source, "seek"):
             self._f = source
             self._base = source.tell()
@@ -120,7 +129,30 @@ class Source:
                                        f"{offset}..{offset + n}, the stream has {self.size}")
 
     def _positional(self) -> bool:
-        return self._own is not None and hasattr(os, "preadv")
+        return self._pread
+
+    def part(self, offset: int, n: int, what: str = "section") -> Source:
+        """The ``n`` bytes at ``offset`` as a source of their own (offsets from 0), reading
+        through this one's memory or file (which its :meth:`close` leaves open).
+
+        Raises:
+            TruncatedStreamError: fewer than ``n`` bytes are there.
+        """
+        self._check(offset, n, what)
+        out = Source.__new__(Source)
+        out._own, out._f, out._lock, out._root, out._pread = None, self._f, self._lock, self._root, self._pread
+        out._mem = self._mem[offset:offset + n] if self._mem is not None else None
+        out._base = self._base + offset
+        out.size, out.bytes_read = n, 0
+        return out
+
+    def _count(self, n: int) -> None:
+        self._root.bytes_read += n  # (statistics: threads reading at once may undercount)
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the bytes are held in memory (bytes-like source)."""
+        return self._mem is not None
 
     def read(self, offset: int, n: int, what: str = "stream"):
         """``n`` bytes at ``offset`` (a memoryview for in-memory sources, else bytes).
@@ -129,14 +161,16 @@ class Source:
             TruncatedStreamError: fewer than ``n`` bytes are there.
         """
         self._check(offset, n, what)
+        self._count(n)
         if self._mem is not None:
             return self._mem[offset:offset + n]
         if self._positional():
-            data = os.pread(self._f.fileno(), n, offset)
+            data = os.pread(self._f.fileno(), n, self._base + offset)
             if 0 < len(data) < n:  # (one read returns at most about 2 GiB)
                 out = bytearray(n)
                 out[:len(data)] = data
                 self.read_into(offset + len(data), np.frombuffer(out, np.uint8)[len(data):], what)
+                self._count(len(data) - n)  # (counted twice over)
                 data = bytes(out)
         else:
             with self._lock:
@@ -158,9 +192,10 @@ class Source:
             out[:] = np.frombuffer(self.read(offset, n, what), np.uint8)
             return
         self._check(offset, n, what)
+        self._count(n)
         got = 0
         while got < n:  # (one read returns at most about 2 GiB)
-            k = os.preadv(self._f.fileno(), [out[got:]], offset + got)
+            k = os.preadv(self._f.fileno(), [out[got:]], self._base + offset + got)
             if k == 0:
                 raise TruncatedStreamError(f"stream truncated while reading {what}")
             got += k
@@ -210,6 +245,15 @@ def unpack_header(src: Source, kind: int) -> tuple[memoryview | bytes, int]:
     (crc,) = struct.unpack("<I", bytes(src.read(_PREAMBLE.size + hlen, 4, "header checksum")))
     check_crc(bytes(pre) + bytes(header), crc, "header")
     return header, _PREAMBLE.size + hlen + 4
+
+
+def stream_kind(src: Source) -> int | None:
+    """The kind byte of a stream that starts with strata's magic bytes (None otherwise): which
+    reader opens it. Nothing is checked beyond the magic (the reader checks the rest)."""
+    if src.size < _PREAMBLE.size:
+        return None
+    magic, _, kind, _ = _PREAMBLE.unpack(bytes(src.read(0, _PREAMBLE.size, "preamble")))
+    return kind if magic == MAGIC else None
 
 
 def stream_version(src: Source) -> int:

@@ -81,7 +81,8 @@ def absolute_bound(valid_range, abs_error, rel_error) -> tuple[int, float, float
 
 @kernel_threads()
 def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None,
-             settings: Settings | None = None, objective: str = "ratio", progress=None) -> bytes:
+             settings: Settings | None = None, objective: str = "ratio", progress=None,
+             partition: tuple | None = None) -> bytes:
     """Compress ``array`` with a point-wise error bound on its valid values.
 
     Args:
@@ -104,6 +105,9 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
             levels where they pay in PSNR; the bound still holds everywhere).
         progress: optional callable ``progress(done, total)`` called after each stage
             (tuning, prediction, each level's coding).
+        partition: ``(order, flat)`` of :class:`~strata.lossy.tune.Settings` the chosen
+            settings keep, so that the stream has another's levels (a precision layer's:
+            :mod:`strata.lossy.layers`); ignored with ``settings``.
 
     Returns:
         The compressed stream (bytes), self-describing.
@@ -147,7 +151,8 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     codes = np.empty(orig.size, np.int32)
     trial = None
     if settings is None:
-        settings, trial = choose(orig.reshape(a.shape), coding_eb, origin_pred, prep.missing, work, codes, objective)
+        settings, trial = choose(orig.reshape(a.shape), coding_eb, origin_pred, prep.missing, work, codes, objective,
+                                 partition)
     plan = make_plan(settings, a.shape, a.dtype, coding_eb, on, origin_pred)
     stages = plan.partition.num_levels + 2
     report(1, stages)

@@ -95,7 +95,7 @@ class LossyReader:
     def __init__(self, source: SourceLike):
         self._src = source if isinstance(source, Source) else Source(source)
         # (a file's bytes pass through a buffer of their own on their way to a read's payload)
-        self._in_memory = isinstance(source, (bytes, bytearray, memoryview))
+        self._in_memory = self._src.in_memory
         try:
             self._open()
         except BaseException:
@@ -327,22 +327,13 @@ class LossyReader:
                 whose symbols do not decode to its length, with its CRC recomputed).
         """
         h, part = self.header, self._part
-        limit = _output_limit(max_output_bytes)
-        region = selection.canonical(region, self.shape) if region is not None else None
+        limit = output_limit(max_output_bytes)
+        level, region, box = self._request(level, region, full_resolution)
         if part is None:
             out = np.empty(h.shape, self.dtype)
             out = out[region] if region is not None else out
             return np.ma.MaskedArray(out, mask=np.zeros(out.shape, bool)) if masked else out
         last = part.num_levels - 1
-        if level is None:
-            level = last
-        if (isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, np.integer))
-                or not 0 <= level <= last):
-            raise InvalidInputError(f"level must be an integer in 0..{last}, got {level!r}")
-        level = int(level)
-        if region is not None and not full_resolution:
-            raise InvalidInputError("a region is read at full resolution")
-        box = selection.box(region, self.shape) if region is not None else None
         if box is not None and box.empty():
             out = np.empty(selection.shape(region, self.shape), self.dtype)
             return np.ma.MaskedArray(out, mask=np.zeros(out.shape, bool)) if masked else out
@@ -358,6 +349,51 @@ class LossyReader:
             out, m = selection.take(out, box.lo, region, self.shape), selection.take(m, box.lo, region, self.shape)
         return np.ma.MaskedArray(out, mask=m) if masked else out
 
+    def _request(self, level, region, full_resolution: bool):
+        """``(level, region, box)`` of a read: the level checked (None: the last), the region
+        canonical (:func:`strata.lossy.selection.canonical`) and its internal 3D box (None
+        without a region).
+
+        Raises:
+            InvalidInputError: as :meth:`read` says."""
+        region = selection.canonical(region, self.shape) if region is not None else None
+        if self._part is None:
+            return 0, region, None
+        last = self._part.num_levels - 1
+        if level is None:
+            level = last
+        if (isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, np.integer))
+                or not 0 <= level <= last):
+            raise InvalidInputError(f"level must be an integer in 0..{last}, got {level!r}")
+        if region is not None and not full_resolution:
+            raise InvalidInputError("a region is read at full resolution")
+        return int(level), region, selection.box(region, self.shape) if region is not None else None
+
+    def bytes_for(self, level: int | None = None, region=None, *, full_resolution: bool = True) -> int:
+        """Bytes of the stream that :meth:`read` with these arguments fetches (without a stored
+        enhancement network): preamble and header, the exact values, and per level the head and
+        the chunks of codes it decodes, the mask index and the mask chunks it decodes -- so a
+        file on a slow store or behind HTTP range requests serves that many. Reads the level
+        heads and mask indexes it needs (a few bytes a chunk).
+
+        Raises:
+            InvalidInputError: as :meth:`read` says.
+            CorruptStreamError, TruncatedStreamError: a level head or mask index is damaged.
+        """
+        h, part = self.header, self._part
+        level, region, box = self._request(level, region, full_resolution)
+        n = self._exact_offset + h.exact_len
+        if part is None or (box is not None and box.empty()):
+            return self._exact_offset
+        _, level_chunks, mask_chunks = self._plan(level, box, full_resolution)
+        for lv, ids in level_chunks.items():
+            t = self._level_tables(lv)
+            n += h.levels[lv].head_len + int((t.offsets[ids + 1] - t.offsets[ids]).sum())
+        for lv, ids in mask_chunks.items():
+            offsets, _ = self._mask_tables(lv)
+            n += h.levels[lv].mask_index_len + int((offsets[ids + 1] - offsets[ids]).sum())
+        return n
+
     @kernel_threads()
     def read_mask(self, region=None, *, max_output_bytes: int | None = None) -> np.ndarray:
         """The missing-value mask (bool, ``True`` = missing) of the array or of ``region``
@@ -371,7 +407,7 @@ class LossyReader:
                 whole mask holds another number of missing points than the header.
         """
         part = self._part
-        limit = _output_limit(max_output_bytes)
+        limit = output_limit(max_output_bytes)
         region = selection.canonical(region, self.shape) if region is not None else None
         box = selection.box(region, self.shape) if region is not None else None
         out_shape = selection.shape(region, self.shape) if region is not None else self.shape
@@ -418,7 +454,7 @@ class LossyReader:
         box = Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi))
         if part is None or box.empty() or any(a < 0 or b > n for a, b, n in zip(box.lo, box.hi, part.shape)):
             raise InvalidInputError(f"block [{lo}, {hi}) is empty or outside the array's 3D view")
-        limit = _output_limit(max_output_bytes)
+        limit = output_limit(max_output_bytes)
         if box == Box.whole(part.shape):
             x, m = self._read_whole(part.num_levels - 1, limit, lambda done, total: None)
             return x.reshape(part.shape), m.reshape(part.shape)
@@ -925,7 +961,7 @@ class _Loaded:
     exact: tuple | None
 
 
-def _output_limit(max_output_bytes) -> int:
+def output_limit(max_output_bytes) -> int:
     """The byte limit of a read: :data:`MAX_OUTPUT_BYTES` for None, else ``max_output_bytes``
     (a non-negative integer, or a float with an integral value; 0: no limit).
 
@@ -961,4 +997,4 @@ def open_stream(source: SourceLike) -> LossyReader:
     return LossyReader(source)
 
 
-__all__ = ["LevelInfo", "LossyReader", "open_stream", "as_3d_shape"]
+__all__ = ["LevelInfo", "LossyReader", "as_3d_shape", "open_stream", "output_limit"]

@@ -377,7 +377,8 @@ Trial = namedtuple("Trial", "codes hist")
 
 
 def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarray | None = None,
-           work: np.ndarray | None = None, codes: np.ndarray | None = None, objective: str = "ratio"):
+           work: np.ndarray | None = None, codes: np.ndarray | None = None, objective: str = "ratio",
+           partition: tuple | None = None):
     """Settings for compressing ``a`` (float array, missing points NaN, flagged in the flat
     uint8 ``missing``) with absolute bound ``eb`` and first-point prediction ``origin_pred``,
     and the winning :data:`Trial` when the trials covered the whole array (small arrays), else
@@ -389,12 +390,18 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
 
     ``work`` (``a``'s size and dtype) and ``codes`` (int32, ``a``'s size) are memory the
     sampled trials may use (their contents are overwritten), so that a caller who needs such
-    arrays next pays for touching their pages once."""
+    arrays next pays for touching their pages once.
+
+    ``partition``: ``(order, flat)`` the settings must keep (the levels of another stream: a
+    precision layer's, :mod:`strata.lossy.layers`); only the rest is chosen."""
     shape3 = as_3d_shape(a.shape)
-    cands = candidates(a.reshape(shape3))
+    if partition is None:
+        cands, orders = candidates(a.reshape(shape3)), ORDERS
+    else:
+        cands, orders = [Settings(order=partition[0], flat=partition[1], cubic=c) for c in (True, False)], ()
     check_objective(objective)
     if eb == 0 or len(cands) == 1:
-        return Settings(), None
+        return cands[0] if partition is not None else Settings(), None
     flat = np.ascontiguousarray(a).reshape(-1)
     trials = _Trials(flat, shape3, eb, origin_pred, missing, work, codes)
     best, best_bits, best_trial = None, None, None
@@ -404,7 +411,7 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
             best, best_bits, best_trial = c, bits, trial
     # the pass order: the other directions on the best interpolation (none along one axis)
     first_bits = best_bits
-    for order in ORDERS if sum(n > 1 for n in shape3) > 1 else ():
+    for order in orders if sum(n > 1 for n in shape3) > 1 else ():
         c = replace(best, order=order)
         bits, trial = trials.run(c)
         if bits < (1 - ORDER_MARGIN) * first_bits and bits < best_bits:

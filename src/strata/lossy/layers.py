@@ -1,0 +1,211 @@
+"""Precision layers: one stream readable at any error bound from a coarse one down to its finest.
+
+A layered stream holds lossy streams (:mod:`strata.lossy.codec`) at decreasing absolute bounds
+``e_0 > e_1 > ... > e_n``. Layer 0 is the data at ``e_0`` (with its missing values, exact
+values and metadata); layer ``k >= 1`` is the *residual* ``x - S_{k-1}`` at a bound a little
+under ``e_k``, where ``S_{k-1}`` is the float64 sum of the values decoded from layers
+``0..k-1``. Reading at bound ``e`` reads and decodes the layers down to the first ``e_k <= e``
+and returns ``S_k`` in the data's dtype: every valid value is within ``e_k`` (the encoder
+decodes each layer as the reader will and checks this in float64 after the cast to the dtype,
+tightening a layer's bound until it holds), missing values and infinities are layer 0's, bit
+for bit. The layers share layer 0's pass order and flat axes (:func:`strata.lossy.tune.choose`
+keeps them), so a level ``l`` of every layer holds the same grid: levels and regions are read
+layer by layer as from one stream, each layer fetching only its chunks
+(:meth:`strata.lossy.LossyReader.bytes_for`); the layers are laid out coarse to fine, so a
+read at bound ``e`` of the whole array is a prefix of the stream.
+
+Why residual streams rather than bit planes or conditional coding: ``docs/lossy.md``
+("Precision layers"), measured by ``benchmarks/precision_candidates.py`` and
+``benchmarks/progressive_precision.py``. The idea of refining a reconstruction by coding its
+error again at a finer bound is the multi-stage / residual refinement of progressive
+compressors (Magri et al., "Multilevel techniques for compression and reduction of scientific
+data -- the univariate case" and MGARD-MDR's error-controlled refactoring; IPComp, Li et al.,
+SC'25, codes bit planes of one stream instead).
+
+Layout (``docs/format.md``, section 9): the strata container (kind 4) whose header is
+``u8 combine (0: sum) | varint layer count n | n x (f64 absolute bound | varint stream
+length)``, then the n lossy streams in that order.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..container import KIND_LAYERS, Reader, Writer, pack
+from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError
+from . import missing
+from .codec import absolute_bound, compress, validate_array
+from .reader import LossyReader
+
+#: Most layers a stream may hold.
+MAX_LAYERS = 64
+#: Ratio of consecutive default layer bounds (a decade each).
+LAYER_STEP = 10.0
+#: The coarsest default layer, relative to the value range of the valid values.
+COARSEST = 1e-2
+#: How each layer's values combine with the previous layers' (the only one: added in float64).
+COMBINE_SUM = 0
+#: Relative share under its nominal bound that a coarser layer guarantees (:func:`layer_bounds`).
+_SLACK = 1e-6
+#: Times a layer's bound is tightened (halved) when its check fails, before it is coded losslessly.
+_RETRIES = 3
+
+
+def layer_bounds(finest: float, value_range: float, layers=None, relative: bool = False) -> list[float]:
+    """Absolute bounds of the layers, coarse to fine, the last ``finest``: ``layers`` (coarser
+    bounds, absolute, or relative to ``value_range`` when ``relative``), or by default every
+    decade above ``finest`` up to :data:`COARSEST` of the value range (none for a zero range).
+    A bound of 0 (lossless) gets the default decades from ``1e-6`` of the range up. The coarser
+    layers' bounds are a relative 1e-6 under their nominal values (what their layers then
+    guarantee).
+
+    Raises:
+        InvalidInputError: a layer bound not a finite number above ``finest``, repeated, or
+            more than :data:`MAX_LAYERS` layers.
+    """
+    if layers is None:
+        top = COARSEST * value_range * (1 + 1e-9)
+        start = finest if finest > 0 else 1e-6 * value_range
+        out = [start * LAYER_STEP ** j for j in range(MAX_LAYERS - 1, 0, -1) if 0 < start * LAYER_STEP ** j <= top]
+        out += [start] if finest == 0 and start > 0 else []
+    else:
+        out = []
+        for v in np.atleast_1d(np.asarray(layers, dtype=object)).tolist():
+            try:
+                b = float(v) * (value_range if relative else 1.0)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"layer bounds must be numbers, got {v!r}") from exc
+            if not math.isfinite(b) or not b > finest:
+                raise InvalidInputError(f"layer bounds must be finite and coarser than the finest bound, got {v!r}")
+            out.append(b)
+        if len(set(out)) != len(out):
+            raise InvalidInputError("layer bounds repeated")
+        out.sort(reverse=True)
+    if len(out) >= MAX_LAYERS:
+        raise InvalidInputError(f"at most {MAX_LAYERS} layers, got {len(out) + 1}")
+    # (a coarser layer guarantees a hair under its bound, so that a reader asking for that bound
+    # computed its own way -- 1e-3 times a float32 range -- is served by it, not by the next layer)
+    return [e * (1 - _SLACK) for e in out] + [finest]
+
+
+def compress_layers(array, *, abs_error=None, rel_error=None, layers=None, mask=None, fill_value=None,
+                    metadata=None, objective: str = "ratio", progress=None) -> bytes:
+    """Compress ``array`` into precision layers readable at any bound from the coarsest layer's
+    down to ``abs_error`` / ``rel_error`` (the finest).
+
+    Args:
+        array, abs_error, rel_error, mask, fill_value, metadata, objective: as
+            :func:`strata.lossy.compress` (the bound is the finest layer's).
+        layers: the coarser layers' bounds, absolute, or relative to the value range when the
+            bound is ``rel_error``, in any order; default every decade from the finest bound up
+            to :data:`COARSEST` of the range (``rel_error=1e-6``: 1e-2, 1e-3, 1e-4, 1e-5 and
+            1e-6).
+        progress: optional callable ``progress(done, total)`` after each layer.
+
+    Returns:
+        The layered stream (bytes): read it with :func:`strata.open` /
+        :class:`strata.lossy.layered.LayeredReader` or :func:`strata.decompress`.
+
+    Raises:
+        InvalidInputError: as :func:`strata.lossy.compress`, or bad ``layers``
+            (:func:`layer_bounds`).
+        UnsupportedDtypeError: ``array`` is not float32/float64.
+    """
+    data, ma_mask = missing.split_masked(array)
+    a = validate_array(data)
+    miss = None
+    if mask is not None or fill_value is not None or ma_mask is not None:
+        miss = missing.find(a, mask, fill_value)
+        if ma_mask is not None:
+            miss |= ma_mask.reshape(-1)
+    prep = missing.prepare(a, miss)
+    mode, value, finest = absolute_bound(prep.valid_range, abs_error, rel_error)
+    vrange = prep.valid_range[1] - prep.valid_range[0] if prep.valid_range is not None else 0.0
+    bounds = layer_bounds(finest, vrange, layers, relative=rel_error is not None)
+    if a.size == 0 or prep.valid_range is None:
+        bounds = bounds[-1:]  # (nothing is lossy: one layer)
+    report = progress or (lambda done, total: None)
+    first = compress(array, abs_error=bounds[0], mask=mask, fill_value=fill_value, metadata=metadata,
+                     objective=objective)
+    streams = [first]
+    report(1, len(bounds))
+    if len(bounds) > 1:
+        with LossyReader(first) as r0:
+            y0 = r0.read(masked=True)
+            partition = (r0.header.order, r0.header.flat)
+        x = a.astype(np.float64).reshape(-1)
+        valid = ~np.ma.getmaskarray(y0).reshape(-1) & np.isfinite(x)
+        x[~valid] = 0.0
+        total = np.where(valid, np.ma.getdata(y0).reshape(-1).astype(np.float64), 0.0)
+        top = float(np.abs(x).max(initial=0.0)) + bounds[0]
+        # the cast to the dtype and the float64 sums round: a layer's residual is coded that much tighter
+        margin = float(np.spacing(a.dtype.type(top))) / 2 + 8 * float(np.spacing(top))
+        for k, e in enumerate(bounds[1:], 1):
+            stream, total = _layer(x, total, valid, a, e, margin, partition, objective)
+            streams.append(stream)
+            report(k + 1, len(bounds))
+    return pack(KIND_LAYERS, pack_header(bounds, [len(s) for s in streams]), streams)
+
+
+def _layer(x, total, valid, a: np.ndarray, e: float, margin: float, partition, objective) -> tuple[bytes, np.ndarray]:
+    """Layer at bound ``e``: the residual ``x - total`` (flat float64, 0 where not ``valid``) coded
+    in the shape of the data ``a`` at ``e - margin`` (halved up to :data:`_RETRIES` times, then 0,
+    until every valid value of the new sum, cast to ``a``'s dtype, is within ``e``); returns the
+    stream and the new sum.
+
+    Raises:
+        InvalidInputError: not even the lossless residual keeps the sum within ``e`` (a bound
+            of 0 on float64 values near 0 beside large ones: the sums round).
+    """
+    residual = x - total
+    trials = [max(e - margin, e / 2)] + [e / 2 ** (i + 2) for i in range(_RETRIES - 1)] + [0.0]
+    for bound in trials:
+        stream = compress(residual.reshape(a.shape), abs_error=bound, partition=partition, objective=objective)
+        with LossyReader(stream) as r:
+            new = total + r.read().reshape(-1)
+        err = np.abs(new.astype(a.dtype).astype(np.float64) - x)
+        if not valid.any() or float(err[valid].max()) <= e:
+            return stream, new
+    raise InvalidInputError(f"a layer at bound {e:g} cannot be held by float64 sums of layers for these values: "
+                            "use a coarser finest bound")
+
+
+def pack_header(bounds: list[float], lengths: list[int]) -> bytes:
+    """The layered container's header (see the module docstring)."""
+    w = Writer().u8(COMBINE_SUM).varint(len(bounds))
+    for e, n in zip(bounds, lengths):
+        w.f64(e).varint(n)
+    return w.getvalue()
+
+
+def parse_header(raw, size: int) -> list[tuple[float, int]]:
+    """``[(bound, stream length), ...]`` of a layered header, coarse to fine, checked: a known
+    combination, 1..:data:`MAX_LAYERS` layers, finite non-negative strictly decreasing bounds,
+    lengths within the ``size`` bytes that follow.
+
+    Raises:
+        CorruptStreamError, TruncatedStreamError: otherwise.
+    """
+    r = Reader(raw, "layered header")
+    combine = r.u8()
+    if combine != COMBINE_SUM:
+        raise CorruptStreamError(f"unknown layer combination {combine}")
+    n = r.varint(MAX_LAYERS)
+    if n < 1:
+        raise CorruptStreamError("a layered stream without layers")
+    out = []
+    for _ in range(n):
+        e = r.f64()
+        out.append((e, r.varint(size)))
+    r.done()
+    bounds = [e for e, _ in out]
+    if not all(math.isfinite(e) and e >= 0 for e in bounds) or any(a <= b for a, b in zip(bounds, bounds[1:])):
+        raise CorruptStreamError(f"layer bounds not finite, non-negative and decreasing: {bounds}")
+    if sum(n for _, n in out) > size:
+        raise TruncatedStreamError("stream truncated: the layers announce more bytes than it has")
+    return out
+
+
+__all__ = ["COARSEST", "LAYER_STEP", "MAX_LAYERS", "compress_layers", "layer_bounds", "pack_header",
+           "parse_header"]

@@ -101,28 +101,11 @@ def decompress(data, *, level=None, region=None, masked=False, max_output_bytes=
     needs; for a plain stream it must be at least the stream's bound. A bound finer than the
     stream holds raises ``InvalidInputError``.
     """
-    from .lossy import LayeredReader, open_array
+    from .lossy import open_array
 
     with open_array(data) as r:
-        if isinstance(r, LayeredReader):
-            return r.read(error_bound, level, region, masked=masked, max_output_bytes=max_output_bytes)
-        if error_bound is not None:
-            _check_plain_bound(r, error_bound)
         return r.read(level=level, region=region, masked=masked, max_output_bytes=max_output_bytes,
-                      enhance=enhance)
-
-
-def _check_plain_bound(reader, error_bound) -> None:
-    """A plain stream read at ``error_bound``: at least its guaranteed error, or InvalidInputError."""
-    from .errors import InvalidInputError
-
-    try:
-        e = float(error_bound)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"error_bound must be a number, got {error_bound!r}") from exc
-    if not e >= reader.guaranteed_error:
-        raise InvalidInputError(f"the stream's bound is {reader.guaranteed_error:g} (one layer); it cannot be read "
-                                f"at {e:g}")
+                      enhance=enhance, error_bound=error_bound)
 
 
 def open(source):  # noqa: A001 - the public name the API asks for

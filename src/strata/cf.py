@@ -434,21 +434,30 @@ class Variable:
     packing: Packing | None = None
 
     def compress(self, *, abs_error=None, rel_error=None, progress=None, enhance=None, target=None,
-                 objective="ratio") -> bytes:
+                 objective="ratio", progressive=None, layers=None) -> bytes:
         """:func:`strata.lossy.compress` with this variable's mask, fill value and metadata
         (:func:`strata.enhance.compress` with ``enhance="1x"`` or ``"2x"``; with ``target``, a
         ``(metric, value)`` pair such as ``("psnr", 60)``,
-        :func:`strata.quality.compress_to_target`); ``objective`` as in
-        :func:`strata.lossy.compress`, with a bound only.
+        :func:`strata.quality.compress_to_target`; with ``progressive="precision"``, precision
+        layers, :func:`strata.lossy.compress_layers`, ``layers`` their coarser bounds);
+        ``objective`` as in :func:`strata.lossy.compress`, with a bound only.
 
         For packed data the bound is tightened so that repacking on write keeps it (see the
         module's docstring); the stream's header gives the bound in force.
 
         Raises:
             InvalidInputError, UnsupportedDtypeError: as :func:`strata.lossy.compress`
-                (metadata above 4 MiB of JSON included).
+                (metadata above 4 MiB of JSON included); precision layers of packed data
+                (their bounds would each need the packing's tightening).
         """
-        from .lossy import compress
+        from .lossy import compress, compress_layers
+
+        if progressive is not None:
+            if self.packing is not None:
+                raise InvalidInputError("precision layers are not supported for packed (scale_factor) data")
+            return compress_layers(self.data, abs_error=abs_error, rel_error=rel_error, layers=layers, mask=self.mask,
+                                   fill_value=self.fill_value, metadata=self.metadata, objective=objective,
+                                   progress=progress)
 
         if objective != "ratio" and (target is not None or enhance is not None):
             raise InvalidInputError("objective applies to a bound, without a quality target or enhance")

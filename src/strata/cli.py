@@ -267,6 +267,8 @@ def main():
 
 
 FORCE_HELP = "replace OUTPUT if it exists (an input of the command is never replaced)"
+ERROR_BOUND_HELP = ("absolute bound the values must meet: a stream in precision layers reads only the layers it "
+                    "needs (strata info lists them); a plain stream accepts its own bound or a coarser one")
 FILL_HELP = "values equal to V are missing (e.g. 1e+20 over land): kept exactly, outside the bound and the range"
 MASK_HELP = ("missing points: a .npy bool array (or 0/1), or raw 0/1 bytes (shape from the name, else the data's "
              "trailing axes), of the data's shape or broadcasting to it")
@@ -295,22 +297,30 @@ MASK_HELP = ("missing points: a .npy bool array (or 0/1), or raw 0/1 bytes (shap
 @click.option("--objective", type=click.Choice(["ratio", "psnr"]), default="ratio", show_default=True,
               help="with a bound: tune for the smallest stream at the bound (ratio) or for the fewest bits at "
               "equal PSNR (psnr: tighter bounds on coarse levels, slower to compress)")
+@click.option("--progressive", type=click.Choice(["precision"]),
+              help="precision: write layers readable at any bound from the coarsest layer's down to the bound "
+              "given (decompress/extract --error-bound read only the layers a bound needs)")
+@click.option("--layers", callback=_bounds_option,
+              help="with --progressive precision: the coarser layers' bounds, comma-separated, of the kind of "
+              "--abs/--rel (default: every decade up to 1e-2 of the range)")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, target_ssim, shape, var, no_cf,
-             fill_value, mask, enhance, objective, force):
+             fill_value, mask, enhance, objective, progressive, layers, force):
     """Compress INPUT with a point-wise error bound on its valid values.
 
     A NetCDF/HDF5 variable is read with the CF conventions (missing values, packed data) and
     its name, dimensions, attributes and coordinates travel in the stream, so that
     `strata decompress -o OUT.nc` rebuilds it. The missing values of a raw or .npy input are
     declared with --fill-value and --mask; a warning tells when a few extreme values dominate
-    the range (a relative bound would then erase the data).
+    the range (a relative bound would then erase the data). With --progressive precision the
+    stream holds precision layers: `strata decompress --error-bound E` reads only those that
+    E needs, and `strata info` lists them.
     """
     from .atomic import atomic_write
     from .cf import HDF5_SUFFIXES, NETCDF_SUFFIXES
     from .dominance import check_array
     from .inputs import read_input
-    from .lossy import LossyReader
+    from .lossy import open_array
 
     targets = [(m, x) for m, x in (("psnr", target_psnr), ("ratio", target_ratio), ("ssim", target_ssim))
                if x is not None]
@@ -320,6 +330,9 @@ def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, tar
                                "(a target does not combine with --enhance)")
     if objective != "ratio" and (targets or enhance):
         raise click.UsageError("--objective applies to --abs or --rel, without a target or --enhance")
+    if (progressive or layers) and (targets or enhance or not progressive):
+        raise click.UsageError("--progressive precision (and --layers, which needs it) takes --abs or --rel, "
+                               "without a target or --enhance")
     if no_cf and input.suffix.lower() not in NETCDF_SUFFIXES + HDF5_SUFFIXES:
         raise click.UsageError("--no-cf is for NetCDF/HDF5 inputs only")
     output = output or input.with_name(input.name + ".strata")
@@ -334,24 +347,27 @@ def compress(input, output, abs_error, rel_error, target_psnr, target_ratio, tar
         t = time.perf_counter()
         try:
             blob = v.compress(abs_error=abs_error, rel_error=rel_error, progress=bar, enhance=enhance,
-                              target=targets[0] if targets else None, objective=objective)
+                              target=targets[0] if targets else None, objective=objective,
+                              layers=layers if progressive else None, progressive=progressive)
         finally:
             bar.close()
         t = time.perf_counter() - t
         atomic_write(output, blob, replace=force)
-        with LossyReader(blob) as r:
-            eb = r.header.eb
+        with open_array(blob) as r:
+            eb = r.header.eb if progressive is None else r.error_bound
+            n_layers = f", {len(r.layers)} precision layers" if progressive else ""
     missing = f", {int(np.count_nonzero(v.mask))} missing" if v.mask is not None else ""
     click.echo(f"{input.name}: {a.shape} {a.dtype}{missing} -> {output} ({len(blob)} bytes, ratio "
-               f"{a.nbytes / len(blob):.2f}, {8 * len(blob) / max(a.size, 1):.3f} bits/value, error bound {eb:.6g}, "
-               f"{a.nbytes / 1e6 / t:.0f} MB/s)")
+               f"{a.nbytes / len(blob):.2f}, {8 * len(blob) / max(a.size, 1):.3f} bits/value, error bound {eb:.6g}"
+               f"{n_layers}, {a.nbytes / 1e6 / t:.0f} MB/s)")
 
 
-def _decode_to(input, output, level, region, grid=False, enhance=True, force=False):
-    """Decode INPUT (all, a level, or a region) and write it to OUTPUT; report or fail."""
+def _decode_to(input, output, level, region, grid=False, enhance=True, force=False, error_bound=None):
+    """Decode INPUT (all, a level, or a region; at ``error_bound`` for a stream in precision
+    layers) and write it to OUTPUT; report or fail."""
     from .cf import NETCDF_SUFFIXES, keep_axes
     from .inputs import RAW_DTYPES, write_array
-    from .lossy import LossyReader
+    from .lossy import open_array
 
     check_output(output, force, input=input)
     netcdf = output.suffix.lower() in NETCDF_SUFFIXES
@@ -360,11 +376,11 @@ def _decode_to(input, output, level, region, grid=False, enhance=True, force=Fal
     if netcdf:
         region = keep_axes(region)  # a NetCDF variable keeps its dimensions (and coordinates)
     with reported():
-        with LossyReader(input) as r:
+        with open_array(input) as r:
             bar = _Bar(r.header.size * r.dtype.itemsize, "decompress")
             try:
                 a = r.read(level=level, region=region, full_resolution=not grid, masked=True, progress=bar,
-                           enhance=enhance)
+                           enhance=enhance, error_bound=error_bound)
             finally:
                 bar.close()
             index = tuple(slice(None, None, q) for q in r.levels[level].stride) if grid else region
@@ -380,9 +396,10 @@ def _decode_to(input, output, level, region, grid=False, enhance=True, force=Fal
               help="output .npy, .f32, .f64 or .nc (default: INPUT without .strata, as .npy)")
 @click.option("--level", type=click.IntRange(min=0), help="decode levels 0..LEVEL only (a full-resolution preview)")
 @click.option("--region", callback=_region_option, help='decode only this box, e.g. "10:20,:,5"')
+@click.option("--error-bound", "error_bound", type=float, metavar="E", help=ERROR_BOUND_HELP)
 @click.option("--no-enhance", "no_enhance", is_flag=True, help="skip the stream's enhancement network (plain values)")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-def decompress(input, output, level, region, no_enhance, force):
+def decompress(input, output, level, region, error_bound, no_enhance, force):
     """Decompress INPUT (all of it, a preview from a level, or a region).
 
     A .nc output rebuilds the NetCDF variable the stream was made from (name, dimensions,
@@ -394,7 +411,7 @@ def decompress(input, output, level, region, no_enhance, force):
     if output is None:
         stem = input.name[:-len(".strata")] if input.name.endswith(".strata") else input.name
         output = input.with_name(Path(stem).stem + ".npy")
-    _decode_to(input, output, level, region, enhance=not no_enhance, force=force)
+    _decode_to(input, output, level, region, enhance=not no_enhance, force=force, error_bound=error_bound)
 
 
 @main.command()
@@ -403,14 +420,16 @@ def decompress(input, output, level, region, no_enhance, force):
 @click.option("--level", type=click.IntRange(min=0), help="decode levels 0..LEVEL only")
 @click.option("--grid", is_flag=True, help="write the level's grid itself, not a full-resolution preview")
 @click.option("--region", callback=_region_option, help='decode only this box, e.g. "10:20,:,5"')
+@click.option("--error-bound", "error_bound", type=float, metavar="E", help=ERROR_BOUND_HELP)
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-def extract(input, output, level, grid, region, force):
-    """Extract a level (its grid or a preview) or a box from INPUT."""
+def extract(input, output, level, grid, region, error_bound, force):
+    """Extract a level (its grid or a preview) or a box from INPUT, at a coarser error bound
+    for a stream in precision layers."""
     if grid and level is None:
         raise click.BadParameter("--grid needs --level", param_hint="--grid")
     if grid and region is not None:
         raise click.UsageError("--grid writes a whole level: it does not combine with --region")
-    _decode_to(input, output, level, region, grid, force=force)
+    _decode_to(input, output, level, region, grid, force=force, error_bound=error_bound)
 
 
 @main.command()
@@ -421,15 +440,21 @@ def info(input):
     Warns (stderr) when a few extreme values dominate the decoded values' range."""
     from .cf import parse_metadata
     from .dominance import check_stream
-    from .lossy import LossyReader
+    from .lossy import LayeredReader, open_array
 
-    with reported(), LossyReader(input) as r:
+    with reported(), open_array(input) as r:
         h = r.header
         size = input.stat().st_size
         nbytes = h.size * r.dtype.itemsize
-        mode = "absolute" if h.bound_mode == 0 else f"{h.bound_value:g} of the valid range ->"
-        click.echo(f"{input.name}: strata lossy stream, {size} bytes")
-        click.echo(f"  shape {h.shape}  dtype {r.dtype}  error bound in force: {mode} {h.eb:.6g}")
+        layered = isinstance(r, LayeredReader)
+        if layered:
+            click.echo(f"{input.name}: strata stream in {len(r.layers)} precision layers, {size} bytes")
+            click.echo(f"  shape {h.shape}  dtype {r.dtype}  finest error bound {r.error_bound:.6g} "
+                       "(strata decompress --error-bound E reads the layers E needs)")
+        else:
+            mode = "absolute" if h.bound_mode == 0 else f"{h.bound_value:g} of the valid range ->"
+            click.echo(f"{input.name}: strata lossy stream, {size} bytes")
+            click.echo(f"  shape {h.shape}  dtype {r.dtype}  error bound in force: {mode} {h.eb:.6g}")
         if nbytes:
             click.echo(f"  ratio {nbytes / size:.2f}  bit rate {8 * size / h.size:.3f} bits/value")
         if r.missing_count:
@@ -444,15 +469,23 @@ def info(input):
                        f"{len(desc.attrs)} attributes, coordinates: {', '.join(desc.coords) or 'none'}")
         elif r.metadata is not None:
             click.echo(f"  metadata: {len(r.metadata)} entries")
-        t = r.target
+        t = None if layered else r.target
         if t is not None:
             click.echo(f"  {_target_text(t)}")
-        e = r.enhancement
+        e = None if layered else r.enhancement
         if e is not None:
             click.echo(f"  {_enhancement_text(e)}")
         s = r.settings_text()
-        click.echo(f"  predictor {s}")
-        click.echo("  level  shape                 stride        error bound   bytes       points")
+        click.echo(f"  predictor {s}" + (" (first layer)" if layered else ""))
+        if layered:
+            vr = r.valid_range[1] - r.valid_range[0] if r.valid_range is not None else 0.0
+            click.echo("  layer  error bound   of the range  bytes       bytes read to it")
+            for lay in r.layers:
+                rel = f"{lay.error_bound / vr:12.3g}" if vr > 0 else f"{'-':>12s}"
+                click.echo(f"  {lay.index:5d}  {lay.error_bound:11.4g}  {rel}  {lay.compressed_bytes:10d}"
+                           f"  {lay.offset + lay.compressed_bytes:10d}")
+        click.echo("  level  shape                 stride        error bound   bytes       points"
+                   + ("   (first layer)" if layered else ""))
         for lv in r.levels:
             click.echo(f"  {lv.index:5d}  {str(lv.shape):20s}  {str(lv.stride):12s}  {lv.error_bound:11.4g}"
                        f"  {lv.compressed_bytes:10d}  {lv.points:10d}")

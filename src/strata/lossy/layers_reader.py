@@ -10,7 +10,7 @@ from ..container import KIND_LAYERS, Source, SourceLike, stream_kind, unpack_hea
 from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError
 from . import selection
 from .layers import parse_header
-from .reader import LevelInfo, LossyReader, output_limit
+from .reader import LevelInfo, LossyReader, check_bound, output_limit
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,11 @@ class LayeredReader:
         return self._first.fill_value
 
     @property
+    def mask_bytes(self) -> int:
+        """Bytes of the missing-value mask (held by the first layer alone)."""
+        return self._first.mask_bytes
+
+    @property
     def valid_range(self) -> tuple[float, float] | None:
         return self._first.valid_range
 
@@ -178,16 +183,8 @@ class LayeredReader:
         """
         if error_bound is None:
             return len(self._layers) - 1
-        try:
-            e = float(error_bound)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"error_bound must be a number, got {error_bound!r}") from exc
-        if not e >= 0:
-            raise InvalidInputError(f"error_bound must be >= 0, got {error_bound!r}")
-        for info in self._layers:
-            if info.error_bound <= e:
-                return info.index
-        raise InvalidInputError(f"the stream's finest bound is {self.error_bound:g}; it cannot be read at {e:g}")
+        e = check_bound(error_bound, self.error_bound)
+        return next(info.index for info in self._layers if info.error_bound <= e)
 
     def close(self) -> None:
         self._src.close()
@@ -199,7 +196,7 @@ class LayeredReader:
         self.close()
 
     # ------------------------------------------------------------------ reading
-    def bytes_for(self, error_bound: float | None = None, level: int | None = None, region=None, *,
+    def bytes_for(self, level: int | None = None, region=None, *, error_bound: float | None = None,
                   full_resolution: bool = True) -> int:
         """Bytes of the stream a :meth:`read` with these arguments fetches: the container's
         header and, in every layer it reads, what :meth:`strata.lossy.LossyReader.bytes_for`
@@ -214,19 +211,21 @@ class LayeredReader:
         return self._header_bytes + sum(self._reader(j).bytes_for(level, region, full_resolution=full_resolution)
                                         for j in range(k + 1))
 
-    def read(self, error_bound: float | None = None, level: int | None = None, region=None, *,
-             full_resolution: bool = True, masked: bool = False, max_output_bytes: int | None = None,
-             progress=None) -> np.ndarray:
+    def read(self, level: int | None = None, region=None, *, error_bound: float | None = None,
+             full_resolution: bool = True, masked: bool = False, progress=None, max_output_bytes: int | None = None,
+             enhance: bool = True) -> np.ndarray:
         """Decode the data within ``error_bound``: the layers down to the first whose bound is at
-        most it (:meth:`layer_for`), each for ``level`` and ``region`` only.
+        most it (:meth:`layer_for`), each for ``level`` and ``region`` only. The arguments are
+        :meth:`strata.lossy.LossyReader.read`'s, in its order.
 
         Args:
-            error_bound: absolute bound the valid values must meet, from the coarsest layer's
-                bound (or above) down to :attr:`error_bound`; None: the finest.
             level, region, full_resolution, masked, max_output_bytes: as
                 :meth:`strata.lossy.LossyReader.read` (a level's grid, or a region, of every
                 layer read; ``max_output_bytes`` bounds each layer's read and the sums).
+            error_bound: absolute bound the valid values must meet, from the coarsest layer's
+                bound (or above) down to :attr:`error_bound`; None: the finest.
             progress: optional callable ``progress(done, total)`` after each layer.
+            enhance: ignored (precision layers carry no enhancement network).
 
         Returns:
             ndarray of the stream's dtype (a ``numpy.ma.MaskedArray`` with ``masked=True``):
@@ -239,11 +238,11 @@ class LayeredReader:
             ResourceLimitError: the read would hold more than ``max_output_bytes``.
             CorruptStreamError, TruncatedStreamError: the bytes needed are damaged.
         """
-        got = self.retrieve(error_bound, level, region, full_resolution=full_resolution,
+        got = self.retrieve(level, region, error_bound=error_bound, full_resolution=full_resolution,
                             max_output_bytes=max_output_bytes, progress=progress)
         return got.masked() if masked else got.values
 
-    def retrieve(self, error_bound: float | None = None, level: int | None = None, region=None, *,
+    def retrieve(self, level: int | None = None, region=None, *, error_bound: float | None = None,
                  full_resolution: bool = True, max_output_bytes: int | None = None, progress=None) -> Retrieval:
         """:meth:`read`, as a :class:`Retrieval` that :meth:`refine` can take to a finer bound."""
         k = self.layer_for(error_bound)

@@ -277,7 +277,8 @@ class LossyReader:
     # ------------------------------------------------------------------ decoding
     @kernel_threads()
     def read(self, level: int | None = None, region=None, *, full_resolution: bool = True, masked: bool = False,
-             progress=None, max_output_bytes: int | None = None, enhance: bool = True, inputs=None) -> np.ndarray:
+             progress=None, max_output_bytes: int | None = None, enhance: bool = True, inputs=None,
+             error_bound: float | None = None) -> np.ndarray:
         """Decode the data.
 
         Every chunk the read decodes is read and checked (CRC-32, framing; the exact values and,
@@ -310,6 +311,9 @@ class LossyReader:
                 ``inputs(name, lo, hi)`` returning ``(values, missing)`` of that field's
                 internal 3D block ``[lo, hi)`` (:meth:`read_block`);
                 :func:`strata.enhance.decompress_fields` passes it.
+            error_bound: the absolute bound the caller needs, checked: at least
+                :attr:`guaranteed_error` (a stream in precision layers,
+                :class:`strata.lossy.LayeredReader`, reads fewer bytes for a coarser one).
 
         Returns:
             ndarray of the stream's dtype (missing points hold their original bits, in a
@@ -319,7 +323,8 @@ class LossyReader:
             InvalidInputError: ``level`` out of range, bad ``region`` (see
                 :func:`strata.lossy.selection.canonical`), a region with
                 ``full_resolution=False``, a ``max_output_bytes`` that is not a non-negative
-                integer, or a cross-field network without ``inputs``.
+                integer, a cross-field network without ``inputs``, or an ``error_bound`` below
+                :attr:`guaranteed_error`.
             ResourceLimitError: the read would hold more than ``max_output_bytes`` (raised
                 before allocating its output).
             CorruptStreamError, TruncatedStreamError: the bytes needed are damaged (raised
@@ -329,6 +334,8 @@ class LossyReader:
         h, part = self.header, self._part
         limit = output_limit(max_output_bytes)
         level, region, box = self._request(level, region, full_resolution)
+        if error_bound is not None:
+            check_bound(error_bound, self.guaranteed_error)
         if part is None:
             out = np.empty(h.shape, self.dtype)
             out = out[region] if region is not None else out
@@ -961,6 +968,22 @@ class _Loaded:
     exact: tuple | None
 
 
+def check_bound(error_bound, held: float) -> float:
+    """``error_bound`` as a float, checked to be a number of at least ``held`` (the bound a
+    stream holds).
+
+    Raises:
+        InvalidInputError: otherwise.
+    """
+    try:
+        e = float(error_bound)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"error_bound must be a number, got {error_bound!r}") from exc
+    if not e >= held:
+        raise InvalidInputError(f"the stream's finest bound is {held:g}; it cannot be read at {e:g}")
+    return e
+
+
 def output_limit(max_output_bytes) -> int:
     """The byte limit of a read: :data:`MAX_OUTPUT_BYTES` for None, else ``max_output_bytes``
     (a non-negative integer, or a float with an integral value; 0: no limit).
@@ -997,4 +1020,4 @@ def open_stream(source: SourceLike) -> LossyReader:
     return LossyReader(source)
 
 
-__all__ = ["LevelInfo", "LossyReader", "as_3d_shape", "open_stream", "output_limit"]
+__all__ = ["LevelInfo", "LossyReader", "as_3d_shape", "check_bound", "open_stream", "output_limit"]

@@ -15,7 +15,15 @@ Configuration (JSON, version 1)::
      "rel_error": 0.001,           # optional, provenance: the relative bound it came from
      "valid_range": [lo, hi],      # optional, provenance: the range it was resolved against
      "objective": "psnr",          # optional: the compressor's tuning objective, "ratio" when absent
+     "layers": [1.0, 0.1],         # optional: precision layers at these coarser absolute bounds
+     "read_error_bound": 0.1,      # optional, reading only: decode at this coarser absolute bound
      "version": 1}
+
+With ``layers`` every chunk is a stream in precision layers (:mod:`strata.lossy.layers`): the
+bounds given, then ``abs_error``. ``read_error_bound`` is a reader's choice, not the store's:
+:class:`strata.zarr.ErrorBoundStore` adds it to the configurations a store's metadata holds, so
+that zarr, xarray and dask read the whole store at that bound, fetching from each chunk only the
+layers it needs (a plain chunk is read whole, and must hold that bound or a finer one).
 
 Missing values of a chunk (decoded to their exact original bits, see
 :mod:`strata.lossy.missing`): NaN, values equal to the configuration's ``fill_value`` and
@@ -32,12 +40,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import CorruptStreamError, FormatError, InvalidInputError, UnsupportedDtypeError
-from .lossy import LossyReader, compress
+from .lossy import compress, compress_layers, open_array
 from .lossy.tune import check_objective
 
 #: Version of the configuration written by this strata.
 CONFIG_VERSION = 1
-_KEYS = {"abs_error", "fill_value", "rel_error", "valid_range", "objective", "version"}
+_KEYS = {"abs_error", "fill_value", "rel_error", "valid_range", "objective", "layers", "read_error_bound", "version"}
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: Values reduced at a time by :func:`valid_range` for a numpy array.
 _SLAB = 1 << 22
@@ -63,6 +71,10 @@ class ChunkConfig:
         valid_range: provenance: ``(min, max)`` of the whole array's valid values.
         objective: the compressor's tuning objective (:func:`strata.lossy.compress`):
             ``"ratio"`` (default) or ``"psnr"``; decoding does not depend on it.
+        layers: absolute bounds (coarser than ``abs_error``, decreasing) of precision layers
+            before the finest, or None for plain streams.
+        read_error_bound: the absolute bound chunks are decoded at (at least ``abs_error``),
+            or None: the finest.
     """
 
     abs_error: float
@@ -70,6 +82,8 @@ class ChunkConfig:
     rel_error: float | None = None
     valid_range: tuple[float, float] | None = None
     objective: str = "ratio"
+    layers: tuple[float, ...] | None = None
+    read_error_bound: float | None = None
 
     def __post_init__(self):
         abs_error = _number(self.abs_error, "abs_error")
@@ -86,14 +100,27 @@ class ChunkConfig:
                 raise InvalidInputError(f"valid_range must be [min, max], not {vr!r}")
             object.__setattr__(self, "valid_range", (_number(vr[0], "valid_range"), _number(vr[1], "valid_range")))
         check_objective(self.objective)
+        if self.layers is not None:
+            if not isinstance(self.layers, (list, tuple)) or not self.layers:
+                raise InvalidInputError(f"layers must be a non-empty list of bounds, not {self.layers!r}")
+            layers = tuple(_number(b, "a layer bound") for b in self.layers)
+            if any(b <= abs_error for b in layers) or any(a <= b for a, b in zip(layers, layers[1:])):
+                raise InvalidInputError(f"layers must decrease and stay above abs_error, got {list(layers)}")
+            object.__setattr__(self, "layers", layers)
+        if self.read_error_bound is not None:
+            e = _number(self.read_error_bound, "read_error_bound")
+            if e < abs_error:
+                raise InvalidInputError(f"read_error_bound {e} is below abs_error {abs_error}: no chunk holds it")
+            object.__setattr__(self, "read_error_bound", e)
 
     @classmethod
     def from_arguments(cls, abs_error=None, fill_value=None, rel_error=None, valid_range=None,
-                       version=CONFIG_VERSION, objective=None) -> ChunkConfig:
+                       version=CONFIG_VERSION, objective=None, layers=None, read_error_bound=None) -> ChunkConfig:
         """The configuration of the codecs' keyword arguments (``None``: not given), validated
         as :meth:`from_json` does."""
         given = {"abs_error": abs_error, "fill_value": fill_value, "rel_error": rel_error,
-                 "valid_range": valid_range, "objective": objective, "version": version}
+                 "valid_range": valid_range, "objective": objective, "layers": layers,
+                 "read_error_bound": read_error_bound, "version": version}
         return cls.from_json({k: v for k, v in given.items() if v is not None})
 
     @classmethod
@@ -123,7 +150,7 @@ class ChunkConfig:
                     "relative bound would give every chunk its own bound)")
             raise InvalidInputError("a strata codec configuration needs abs_error")
         return cls(config["abs_error"], config.get("fill_value"), config.get("rel_error"), config.get("valid_range"),
-                   config.get("objective", "ratio"))
+                   config.get("objective", "ratio"), config.get("layers"), config.get("read_error_bound"))
 
     def to_json(self) -> dict:
         """The configuration as a JSON-serializable dict (keys in a fixed order)."""
@@ -136,6 +163,10 @@ class ChunkConfig:
             out["valid_range"] = list(self.valid_range)
         if self.objective != "ratio":  # (absent for the default: configurations as before)
             out["objective"] = self.objective
+        if self.layers is not None:
+            out["layers"] = list(self.layers)
+        if self.read_error_bound is not None:
+            out["read_error_bound"] = self.read_error_bound
         out["version"] = CONFIG_VERSION
         return out
 
@@ -161,8 +192,12 @@ class ChunkConfig:
         fills = [f for f in (self.fill_value, array_fill_value) if _usable_fill(f, chunk.dtype)]
         if len(fills) == 2 and chunk.dtype.type(fills[0]) != chunk.dtype.type(fills[1]):
             mask = chunk == chunk.dtype.type(fills[1])
-        return compress(chunk, abs_error=self.abs_error, fill_value=fills[0] if fills else None, mask=mask,
-                        metadata=metadata, objective=self.objective)
+        fill = fills[0] if fills else None
+        if self.layers is not None:
+            return compress_layers(chunk, abs_error=self.abs_error, layers=self.layers, fill_value=fill, mask=mask,
+                                   metadata=metadata, objective=self.objective)
+        return compress(chunk, abs_error=self.abs_error, fill_value=fill, mask=mask, metadata=metadata,
+                        objective=self.objective)
 
 
 def _usable_fill(value, dtype: np.dtype) -> bool:
@@ -194,26 +229,30 @@ def check_dtype(dtype) -> np.dtype:
 
 
 @contextmanager
-def reading(data, name: str = "chunk"):
-    """A :class:`strata.lossy.LossyReader` on one chunk's stream (its header read and checked,
-    nothing decoded yet); a :class:`FormatError` raised in the block names the chunk.
+def reading(data, name: str = "chunk", partial: bool = False):
+    """A reader on one chunk's stream (:func:`strata.lossy.open_array`: a
+    :class:`strata.lossy.LossyReader`, or a :class:`strata.lossy.LayeredReader` for a chunk in
+    precision layers; its header read and checked, nothing decoded yet); a
+    :class:`FormatError` raised in the block names the chunk.
 
     Args:
         data: the stream (bytes-like).
         name: how errors name the chunk (its store key).
+        partial: the stream may be the prefix of a chunk in precision layers that a read at a
+            coarse bound fetched (:class:`strata.lossy.LayeredReader`).
 
     Raises:
         FormatError, TruncatedStreamError, CorruptStreamError: not a strata stream, or a
             damaged one; the message starts with ``name``.
     """
     try:
-        with LossyReader(data) as r:
+        with open_array(data, partial=partial) as r:
             yield r
     except FormatError as exc:
         raise type(exc)(f"{name}: {exc}") from exc
 
 
-def decode(data, dtype, shape, selection=None, *, name: str = "chunk") -> np.ndarray:
+def decode(data, dtype, shape, selection=None, *, name: str = "chunk", error_bound: float | None = None) -> np.ndarray:
     """Decode one chunk's stream, checking it is a chunk of this array.
 
     Args:
@@ -225,6 +264,8 @@ def decode(data, dtype, shape, selection=None, *, name: str = "chunk") -> np.nda
             only the strata chunks it needs are decoded (see
             :meth:`strata.lossy.LossyReader.read`); ``None`` decodes the whole chunk.
         name: how errors name the chunk (its store key).
+        error_bound: decode at this absolute bound (the layers it needs of a chunk in precision
+            layers); None: the finest the chunk holds.
 
     Returns:
         ndarray of ``dtype`` (C order): the chunk, or ``chunk[selection]``.
@@ -232,16 +273,17 @@ def decode(data, dtype, shape, selection=None, *, name: str = "chunk") -> np.nda
     Raises:
         CorruptStreamError: the stream is damaged, or of another dtype or shape (the error
             names the chunk); FormatError: not a strata stream.
+        InvalidInputError: ``error_bound`` is below the finest bound the chunk holds.
     """
     dtype, shape = np.dtype(dtype), tuple(shape)
-    with reading(data, name) as r:
+    with reading(data, name, partial=error_bound is not None) as r:
         if r.dtype != dtype.newbyteorder("=") or tuple(r.shape) != shape:
             raise CorruptStreamError(f"holds a {r.dtype} array of shape {tuple(r.shape)}, the array's chunk "
                                      f"is {dtype} of shape {shape}")
-        return r.read(region=selection).astype(dtype, copy=False)
+        return r.read(region=selection, error_bound=error_bound).astype(dtype, copy=False)
 
 
-def resolve_rel_error(data, rel_error: float, fill_value=None, objective: str = "ratio") -> ChunkConfig:
+def resolve_rel_error(data, rel_error: float, fill_value=None, objective: str = "ratio", layers=None) -> ChunkConfig:
     """A configuration whose absolute bound is ``rel_error`` times the valid range of the
     whole array (never per chunk).
 
@@ -251,10 +293,12 @@ def resolve_rel_error(data, rel_error: float, fill_value=None, objective: str = 
         rel_error: value-range-relative bound (>= 0).
         fill_value: values equal to it are missing (NaN is missing, and +-Inf is not valid).
         objective: the compressor's tuning objective (:class:`ChunkConfig`).
+        layers: relative bounds of precision layers coarser than ``rel_error`` (resolved the
+            same way), or None.
 
     Returns:
         :class:`ChunkConfig` with ``abs_error = rel_error * (max - min)``, ``rel_error``,
-        ``valid_range``, ``fill_value`` and ``objective``.
+        ``valid_range``, ``fill_value``, ``objective`` and the absolute ``layers``.
 
     Raises:
         InvalidInputError: a bad ``rel_error``, or no valid value at all (a relative bound
@@ -270,7 +314,9 @@ def resolve_rel_error(data, rel_error: float, fill_value=None, objective: str = 
     eb = rel * (hi - lo)
     if not math.isfinite(eb):
         raise InvalidInputError("value range times rel_error overflows float64")
-    return ChunkConfig(eb, fill_value, rel, (lo, hi), objective)
+    absolute = None if layers is None else sorted((_number(b, "a layer bound") * (hi - lo) for b in layers),
+                                                  reverse=True)
+    return ChunkConfig(eb, fill_value, rel, (lo, hi), objective, absolute)
 
 
 def _valid_only(block: np.ndarray, fill_value) -> np.ndarray:

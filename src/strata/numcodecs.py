@@ -56,6 +56,10 @@ class Strata(Codec):
         objective: the compressor's tuning objective, ``"ratio"`` (default) or ``"psnr"``
             (:func:`strata.lossy.compress`); written to the configuration only when not the
             default, and not needed to decode.
+        layers: absolute bounds of precision layers coarser than ``abs_error``: every chunk is
+            then a stream readable at any of them (:mod:`strata.lossy.layers`).
+        read_error_bound: decode chunks at this coarser absolute bound (reading only the
+            layers it needs of a chunk in layers); None: the finest.
 
     Raises:
         InvalidInputError: bad configuration (unknown keys, version, bounds).
@@ -65,13 +69,15 @@ class Strata(Codec):
 
     def __init__(self, abs_error: float | None = None, fill_value: float | None = None,
                  rel_error: float | None = None, valid_range=None, version: int = chunk_codec.CONFIG_VERSION,
-                 objective: str | None = None):
-        self.config = ChunkConfig.from_arguments(abs_error, fill_value, rel_error, valid_range, version, objective)
+                 objective: str | None = None, layers=None, read_error_bound: float | None = None):
+        self.config = ChunkConfig.from_arguments(abs_error, fill_value, rel_error, valid_range, version, objective,
+                                                 layers, read_error_bound)
 
     @classmethod
-    def for_array(cls, data, rel_error: float, fill_value=None, objective: str = "ratio") -> Strata:
-        """A codec whose bound is ``rel_error`` times ``data``'s whole valid range."""
-        return cls(**chunk_codec.resolve_rel_error(data, rel_error, fill_value, objective).to_json())
+    def for_array(cls, data, rel_error: float, fill_value=None, objective: str = "ratio", layers=None) -> Strata:
+        """A codec whose bound is ``rel_error`` times ``data``'s whole valid range (and
+        ``layers``, relative bounds of precision layers, resolved the same way)."""
+        return cls(**chunk_codec.resolve_rel_error(data, rel_error, fill_value, objective, layers).to_json())
 
     def get_config(self) -> dict:
         return {"id": self.codec_id, **self.config.to_json()}
@@ -141,7 +147,7 @@ class Strata(Codec):
             dtype, fortran = _layout(r)
             shape = tuple(r.shape)
             dest = None if out is None else _destination(out, shape, dtype)
-            values = r.read()
+            values = r.read(error_bound=self.config.read_error_bound)
         order = "F" if fortran else "C"
         if dest is None:
             return values.astype(dtype, order=order, copy=False)

@@ -10,6 +10,10 @@
     ds.to_zarr("out.zarr", encoding=enc, zarr_format=3)
     back = xr.open_zarr("out.zarr")                              # lazy; a box reads only its chunks
 
+With ``layers`` (``encoding(ds, rel_error=1e-6, layers=[1e-2, 1e-4])``) every chunk holds
+precision layers, and :func:`open_zarr` reads the store at a coarser bound, fetching from each
+chunk only the layers that bound needs: ``strata.xarray.open_zarr("out.zarr", rel_error=1e-2)``.
+
 CF attributes, coordinates and fill values are kept by xarray itself: coordinates and
 non-float variables are not given the lossy codec (zarr's default lossless codecs store them);
 a variable's ``_FillValue`` (or ``missing_value``) goes into the codec configuration, so the
@@ -54,7 +58,7 @@ def fill_value(var):
 
 
 def encoding(ds, *, rel_error=None, abs_error=None, variables=None, zarr_format: int = 3,
-             objective: str = "ratio") -> dict:
+             objective: str = "ratio", layers=None) -> dict:
     """Encoding for ``ds.to_zarr(..., encoding=...)`` compressing float variables with strata.
 
     Args:
@@ -71,6 +75,9 @@ def encoding(ds, *, rel_error=None, abs_error=None, variables=None, zarr_format:
             ``to_zarr``.
         objective: the compressor's tuning objective, ``"ratio"`` or ``"psnr"``
             (:func:`strata.lossy.compress`), kept in each codec's configuration.
+        layers: bounds of precision layers coarser than the bound, of its kind (relative
+            bounds resolved per variable as ``rel_error`` is), or None for plain chunks
+            (:mod:`strata.lossy.layers`).
 
     Returns:
         ``{name: {"serializer": StrataCodec, "compressors": None, "filters": None}}`` (zarr v3)
@@ -103,15 +110,32 @@ def encoding(ds, *, rel_error=None, abs_error=None, variables=None, zarr_format:
         fill = fill_value(var)
         if rel_error is not None:
             try:
-                config = chunk_codec.resolve_rel_error(var.data, value, fill, objective)
+                config = chunk_codec.resolve_rel_error(var.data, value, fill, objective, layers)
             except InvalidInputError as exc:
                 raise InvalidInputError(f"variable {name!r}: {exc}") from exc
         else:
-            config = ChunkConfig(value, fill, objective=objective)
+            config = ChunkConfig(value, fill, objective=objective, layers=None if layers is None else tuple(layers))
         out[name] = _codec_encoding(config, zarr_format)
         # xarray replaces a variable's encoding by the one given: keep its CF encoding keys
         out[name].update({k: var.encoding[k] for k in _CF_KEYS if k in var.encoding})
     return out
+
+
+def open_zarr(store, *, error_bound=None, rel_error=None, **kwargs):
+    """``xarray.open_zarr`` of ``store`` with its strata variables read at a coarser bound
+    (:class:`strata.zarr.ErrorBoundStore`: ``error_bound`` absolute, or ``rel_error`` of each
+    variable's recorded valid range), fetching from chunks in precision layers only the layers
+    that bound needs; ``kwargs`` go to ``xarray.open_zarr``.
+
+    Raises:
+        InvalidInputError: as :class:`strata.zarr.ErrorBoundStore` (when the variables'
+            metadata are read).
+    """
+    import xarray as xr
+
+    from .zarr import ErrorBoundStore
+
+    return xr.open_zarr(ErrorBoundStore.of(store, error_bound=error_bound, rel_error=rel_error), **kwargs)
 
 
 def _codec_encoding(config: ChunkConfig, zarr_format: int) -> dict:

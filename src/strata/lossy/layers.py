@@ -32,8 +32,8 @@ import math
 
 import numpy as np
 
-from ..container import KIND_LAYERS, Reader, Writer, pack
-from ..errors import CorruptStreamError, InvalidInputError, TruncatedStreamError
+from ..container import KIND_LAYERS, Reader, Source, Writer, pack, stream_kind, unpack_header
+from ..errors import CorruptStreamError, InvalidInputError
 from . import missing
 from .codec import absolute_bound, compress, validate_array
 from .reader import LossyReader
@@ -44,6 +44,9 @@ MAX_LAYERS = 64
 LAYER_STEP = 10.0
 #: The coarsest default layer, relative to the value range of the valid values.
 COARSEST = 1e-2
+#: Bytes from a stream's start that hold a layered stream's preamble and header (up to
+#: :data:`MAX_LAYERS` layers): what a reader fetches first to know its prefix (:func:`prefix_length`).
+HEAD_BYTES = 2048
 #: How each layer's values combine with the previous layers' (the only one: added in float64).
 COMBINE_SUM = 0
 #: Relative share under its nominal bound that a coarser layer guarantees (:func:`layer_bounds`).
@@ -179,13 +182,13 @@ def pack_header(bounds: list[float], lengths: list[int]) -> bytes:
     return w.getvalue()
 
 
-def parse_header(raw, size: int) -> list[tuple[float, int]]:
+def parse_header(raw) -> list[tuple[float, int]]:
     """``[(bound, stream length), ...]`` of a layered header, coarse to fine, checked: a known
-    combination, 1..:data:`MAX_LAYERS` layers, finite non-negative strictly decreasing bounds,
-    lengths within the ``size`` bytes that follow.
+    combination, 1..:data:`MAX_LAYERS` layers, finite non-negative strictly decreasing bounds
+    (the reader checks the lengths against the bytes it holds).
 
     Raises:
-        CorruptStreamError, TruncatedStreamError: otherwise.
+        CorruptStreamError: otherwise.
     """
     r = Reader(raw, "layered header")
     combine = r.u8()
@@ -197,15 +200,32 @@ def parse_header(raw, size: int) -> list[tuple[float, int]]:
     out = []
     for _ in range(n):
         e = r.f64()
-        out.append((e, r.varint(size)))
+        out.append((e, r.varint()))
     r.done()
     bounds = [e for e, _ in out]
     if not all(math.isfinite(e) and e >= 0 for e in bounds) or any(a <= b for a, b in zip(bounds, bounds[1:])):
         raise CorruptStreamError(f"layer bounds not finite, non-negative and decreasing: {bounds}")
-    if sum(n for _, n in out) > size:
-        raise TruncatedStreamError("stream truncated: the layers announce more bytes than it has")
     return out
 
 
-__all__ = ["COARSEST", "LAYER_STEP", "MAX_LAYERS", "compress_layers", "layer_bounds", "pack_header",
-           "parse_header"]
+def prefix_length(head, error_bound: float) -> int | None:
+    """Bytes from the start of a stream that a read at ``error_bound`` (absolute) fetches, from
+    its first bytes ``head`` (:data:`HEAD_BYTES`, or the whole stream if shorter): the header and
+    the layers down to the first whose bound is at most ``error_bound``, for a layered stream;
+    None for any other stream, or a bound finer than every layer's (the reader then says why).
+
+    Raises:
+        FormatError, CorruptStreamError, TruncatedStreamError: a layered stream whose header is
+            damaged or cut short.
+    """
+    src = Source(head)
+    if stream_kind(src) != KIND_LAYERS:
+        return None
+    raw, off = unpack_header(src, KIND_LAYERS)
+    entries = parse_header(raw)
+    k = next((i for i, (b, _) in enumerate(entries) if b <= float(error_bound)), None)
+    return None if k is None else off + sum(n for _, n in entries[:k + 1])
+
+
+__all__ = ["COARSEST", "HEAD_BYTES", "LAYER_STEP", "MAX_LAYERS", "compress_layers", "layer_bounds", "pack_header",
+           "parse_header", "prefix_length"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..container import KIND_LAYERS, Source, SourceLike, stream_kind, unpack_header
-from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError
+from ..errors import CorruptStreamError, InvalidInputError, ResourceLimitError, TruncatedStreamError
 from . import selection
 from .layers import parse_header
 from .reader import LevelInfo, LossyReader, check_bound, output_limit
@@ -67,23 +67,30 @@ class LayeredReader:
 
     Args:
         source: the stream: ``bytes``-like, a path, or a seekable binary file object.
+        partial: accept a prefix of the stream that holds its first layers whole (what a reader
+            at a coarse bound fetched: :func:`strata.lossy.layers.prefix_length`); a read that
+            needs a layer beyond it raises ``TruncatedStreamError``.
 
     Raises:
         FormatError: not a layered stream, or an unsupported version.
-        TruncatedStreamError: the stream is shorter than its header says.
+        TruncatedStreamError: the stream is shorter than its header says (with ``partial``:
+            shorter than its first layer).
         CorruptStreamError: a checksum mismatch, or layers that disagree (shape, dtype, bounds).
     """
 
-    def __init__(self, source: SourceLike):
+    def __init__(self, source: SourceLike, *, partial: bool = False):
         self._src = source if isinstance(source, Source) else Source(source)
         try:
             raw, off = unpack_header(self._src, KIND_LAYERS)
-            entries = parse_header(raw, self._src.size - off)
+            entries = parse_header(raw)
             self._header_bytes = off
             self._layers = []
             for k, (bound, n) in enumerate(entries):
                 self._layers.append(LayerInfo(k, bound, n, off))
                 off += n
+            self._held = sum(lay.offset + lay.compressed_bytes <= self._src.size for lay in self._layers)
+            if self._held < (1 if partial else len(self._layers)):
+                raise TruncatedStreamError(f"stream truncated: its layers need {off} bytes, it has {self._src.size}")
             self._readers: list[LossyReader | None] = [None] * len(entries)
             self._first = self._reader(0)
         except BaseException:
@@ -91,7 +98,13 @@ class LayeredReader:
             raise
 
     def _reader(self, k: int) -> LossyReader:
-        """Layer ``k``'s stream, opened on first use and checked against layer 0."""
+        """Layer ``k``'s stream, opened on first use and checked against layer 0.
+
+        Raises:
+            TruncatedStreamError: a partial stream that does not hold layer ``k``."""
+        if k >= self._held:
+            raise TruncatedStreamError(f"layer {k} (bound {self._layers[k].error_bound:g}) is not in the "
+                                       f"{self._src.size} bytes held")
         if self._readers[k] is None:
             info = self._layers[k]
             r = LossyReader(self._src.part(info.offset, info.compressed_bytes, f"layer {k}"))
@@ -316,9 +329,9 @@ class LayeredReader:
             raise CorruptStreamError("decoded values outside the stream's valid range widened by the bound")
 
 
-def open_array(source: SourceLike) -> LossyReader | LayeredReader:
+def open_array(source: SourceLike, *, partial: bool = False) -> LossyReader | LayeredReader:
     """A reader of the array stream in ``source`` (bytes-like, path or binary file object): a
-    :class:`LayeredReader` for a stream in precision layers, else a
+    :class:`LayeredReader` (``partial`` as there) for a stream in precision layers, else a
     :class:`strata.lossy.LossyReader` (which raises ``FormatError`` for what is neither).
 
     Raises:
@@ -330,7 +343,7 @@ def open_array(source: SourceLike) -> LossyReader | LayeredReader:
     except BaseException:
         src.close()
         raise
-    return LayeredReader(src) if layered else LossyReader(src)
+    return LayeredReader(src, partial=partial) if layered else LossyReader(src)
 
 
 __all__ = ["LayerInfo", "LayeredReader", "Retrieval", "open_array"]

@@ -48,6 +48,8 @@ KIND_NAMES = {KIND_LOSSY: "a lossy array", KIND_CHECKPOINT: "a checkpoint", KIND
               KIND_LAYERS: "an array in precision layers"}
 
 _PREAMBLE = struct.Struct("<4sBBI")
+#: Bytes of the preamble (magic, version, kind, header length).
+PREAMBLE_BYTES = _PREAMBLE.size
 #: Largest header strata accepts (a header holds sizes, not data).
 MAX_HEADER = 1 << 24
 

@@ -247,7 +247,8 @@ def _with_read_bound(doc, error_bound: float | None, rel_error: float | None) ->
 async def _fetch(byte_getter: ByteGetter, chunk_spec: ArraySpec, error_bound: float | None):
     """A chunk's bytes: all of them, or, read at ``error_bound``, the head of a chunk in
     precision layers and then the prefix holding the layers that bound needs (two range
-    requests; a plain chunk is fetched whole by a second request)."""
+    requests, three for a header of many layers; a plain chunk is fetched whole by a second
+    request)."""
     from zarr.abc.store import RangeByteRequest
 
     proto = chunk_spec.prototype
@@ -256,6 +257,9 @@ async def _fetch(byte_getter: ByteGetter, chunk_spec: ArraySpec, error_bound: fl
     head = await byte_getter.get(prototype=proto, byte_range=RangeByteRequest(0, layers.HEAD_BYTES))
     if head is None:
         return None
+    end = layers.header_end(head.to_bytes())
+    if end is not None and end > len(head) == layers.HEAD_BYTES:  # (a header of many layers)
+        head = await byte_getter.get(prototype=proto, byte_range=RangeByteRequest(0, end))
     n = layers.prefix_length(head.to_bytes(), error_bound)
     if n is not None and n <= len(head):
         return head if n == len(head) else proto.buffer.from_bytes(head.to_bytes()[:n])

@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from ..container import KIND_LAYERS, Reader, Source, Writer, pack, stream_kind, unpack_header
+from ..container import KIND_LAYERS, PREAMBLE_BYTES, Reader, Source, Writer, pack, stream_kind, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError
 from . import missing
 from .codec import absolute_bound, compress, validate_array
@@ -44,9 +44,10 @@ MAX_LAYERS = 64
 LAYER_STEP = 10.0
 #: The coarsest default layer, relative to the value range of the valid values.
 COARSEST = 1e-2
-#: Bytes from a stream's start that hold a layered stream's preamble and header (up to
-#: :data:`MAX_LAYERS` layers): what a reader fetches first to know its prefix (:func:`prefix_length`).
-HEAD_BYTES = 2048
+#: Bytes from a stream's start a reader fetches first to know the prefix a bound needs
+#: (:func:`prefix_length`): a layered stream's preamble and header up to a dozen layers (more
+#: take a second request: :func:`header_end`).
+HEAD_BYTES = 256
 #: How each layer's values combine with the previous layers' (the only one: added in float64).
 COMBINE_SUM = 0
 #: Relative share under its nominal bound that a coarser layer guarantees (:func:`layer_bounds`).
@@ -58,7 +59,8 @@ _RETRIES = 3
 def layer_bounds(finest: float, value_range: float, layers=None, relative: bool = False) -> list[float]:
     """Absolute bounds of the layers, coarse to fine, the last ``finest``: ``layers`` (coarser
     bounds, absolute, or relative to ``value_range`` when ``relative``), or by default every
-    decade above ``finest`` up to :data:`COARSEST` of the value range (none for a zero range).
+    decade above ``finest`` up to :data:`COARSEST` of the value range (none for a zero range,
+    nor relative ones).
     A bound of 0 (lossless) gets the default decades from ``1e-6`` of the range up. The coarser
     layers' bounds are a relative 1e-6 under their nominal values (what their layers then
     guarantee).
@@ -67,6 +69,8 @@ def layer_bounds(finest: float, value_range: float, layers=None, relative: bool 
         InvalidInputError: a layer bound not a finite number above ``finest``, repeated, or
             more than :data:`MAX_LAYERS` layers.
     """
+    if relative and not value_range > 0:
+        return [finest]  # (no valid values, or one value: nothing to layer)
     if layers is None:
         top = COARSEST * value_range * (1 + 1e-9)
         start = finest if finest > 0 else 1e-6 * value_range
@@ -208,6 +212,16 @@ def parse_header(raw) -> list[tuple[float, int]]:
     return out
 
 
+def header_end(head) -> int | None:
+    """Bytes from the start of a layered stream up to the end of its header (preamble, header
+    and its CRC-32), from its first bytes ``head``; None for any other stream, or a ``head``
+    shorter than the preamble."""
+    src = Source(head)
+    if stream_kind(src) != KIND_LAYERS:
+        return None
+    return PREAMBLE_BYTES + int.from_bytes(bytes(src.read(PREAMBLE_BYTES - 4, 4)), "little") + 4
+
+
 def prefix_length(head, error_bound: float) -> int | None:
     """Bytes from the start of a stream that a read at ``error_bound`` (absolute) fetches, from
     its first bytes ``head`` (:data:`HEAD_BYTES`, or the whole stream if shorter): the header and
@@ -227,5 +241,5 @@ def prefix_length(head, error_bound: float) -> int | None:
     return None if k is None else off + sum(n for _, n in entries[:k + 1])
 
 
-__all__ = ["COARSEST", "HEAD_BYTES", "LAYER_STEP", "MAX_LAYERS", "compress_layers", "layer_bounds", "pack_header",
-           "parse_header", "prefix_length"]
+__all__ = ["COARSEST", "HEAD_BYTES", "LAYER_STEP", "MAX_LAYERS", "compress_layers", "header_end", "layer_bounds",
+           "pack_header", "parse_header", "prefix_length"]

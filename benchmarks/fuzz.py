@@ -58,11 +58,11 @@ def decoder_list(spec: str) -> tuple[str, ...]:
     for name in spec.split(","):
         name = name.strip()
         group = {"all": fz.ALL_DECODERS, "lossy": fz.LOSSY_DECODERS, "checkpoint": fz.CHECKPOINT_DECODERS,
-                 "fields": fz.FIELDS_DECODERS}.get(name)
+                 "fields": fz.FIELDS_DECODERS, "layers": fz.LAYERS_DECODERS}.get(name)
         for d in group or (name,):
             if d not in fz.ALL_DECODERS:
                 raise SystemExit(f"unknown decoder {d!r}: choose from {', '.join(fz.ALL_DECODERS)}, lossy, fields, "
-                                 "checkpoint, all")
+                                 "layers, checkpoint, all")
             if d not in out:
                 out.append(d)
     return tuple(out)

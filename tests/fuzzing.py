@@ -57,7 +57,10 @@ LOSSY_DECODERS = ("full", "level", "region", "mask", "netcdf")
 #: Field sets (``strata.enhance.decompress_fields``): every field, or a region of every field.
 FIELDS_DECODERS = ("fields", "fields-region")
 CHECKPOINT_DECODERS = ("checkpoint",)
-ALL_DECODERS = LOSSY_DECODERS + FIELDS_DECODERS + CHECKPOINT_DECODERS
+#: Streams in precision layers (``strata.lossy.LayeredReader``): a whole read, a region or a
+#: level's grid, at a random bound; a read refined to a finer bound.
+LAYERS_DECODERS = ("layers", "layers-region", "layers-refine")
+ALL_DECODERS = LOSSY_DECODERS + FIELDS_DECODERS + CHECKPOINT_DECODERS + LAYERS_DECODERS
 #: Share of the lossy and field-set cases decoded with the narrow (uint16) codes that the reader
 #: takes for streams of ``strata.lossy.reader.NARROW_MIN_POINTS`` values or more (set to 0 for
 #: them): the base streams are smaller, so the narrow kernels would see no hostile stream.
@@ -583,9 +586,36 @@ def parse_fields(blob: bytes) -> G:
     return G([pre, header, _finish_container(pre, header), streams], "field set")
 
 
+def parse_layers(blob: bytes) -> G:
+    """The field tree of a stream in precision layers (``docs/format.md`` section 10):
+    ``root.items`` are the preamble, the header (combination, layer count, per layer its bound
+    and stream length), the header CRC, and the list of layer streams, each parsed by
+    :func:`parse_lossy`."""
+    pre, hbytes, off = _container(blob)
+    r = _Bytes(hbytes)
+    combine, n = r.u8(), r.varint()
+    raw_entries = [(struct.unpack("<d", r.take(8))[0], r.varint()) for _ in range(n)]
+    if r.pos != len(hbytes):
+        raise ValueError("layered header has trailing bytes")
+    s = _Bytes(blob, off)
+    streams = G([parse_lossy(s.take(length)) for _, length in raw_entries], "layers: stream list", seq=True)
+    if s.pos != len(blob):
+        raise ValueError("trailing bytes after the layers")
+    entries = G(cat="layers: entry list", seq=True)
+    for i, (bound, _) in enumerate(raw_entries):
+        entries.items.append(G([F("f64", bound, "layers: bound"),
+                                F("varint", 0, "layers: stream length", auto=lambda i=i: len(ser(_at(streams, i))))],
+                               "layers: entry"))
+    header = G([F("u8", combine, "layers: combination"),
+                F("varint", n, "layers: count", auto=lambda: len(entries.items)), entries], "header")
+    return G([pre, header, _finish_container(pre, header), streams], "layered stream")
+
+
 def parse(blob: bytes, kind: str) -> G:
-    """The field tree of a base stream of ``kind`` ``"lossy"``, ``"fields"`` or ``"checkpoint"``."""
-    return {"lossy": parse_lossy, "fields": parse_fields, "checkpoint": parse_checkpoint}[kind](blob)
+    """The field tree of a base stream of ``kind`` ``"lossy"``, ``"fields"``, ``"layers"`` or
+    ``"checkpoint"``."""
+    return {"lossy": parse_lossy, "fields": parse_fields, "layers": parse_layers,
+            "checkpoint": parse_checkpoint}[kind](blob)
 
 
 # ============================================================================ checkpoint files
@@ -1460,14 +1490,46 @@ def semantic_checkpoint(rng: random.Random, root: G) -> str:
     return cat
 
 
-_SEMANTIC.update(lossy=semantic_lossy, fields=semantic_fields, checkpoint=semantic_checkpoint)
+def semantic_layers(rng: random.Random, root: G) -> str:
+    """A change of a layered stream that keeps it parseable: a layer's stream mutated
+    semantically, two layers swapped (with or without their bounds), a layer dropped or
+    repeated, a bound moved (below its stream's own, or out of order)."""
+    entries, streams = root.items[1].items[2].items, root.items[3].items
+    roll = rng.random()
+    if roll < 0.35 and streams:
+        return semantic_lossy(rng, rng.choice(streams))
+    if roll < 0.55 and len(streams) > 1:
+        i, j = rng.sample(range(len(streams)), 2)
+        streams[i], streams[j] = streams[j], streams[i]
+        if rng.random() < 0.5:
+            entries[i].items[0], entries[j].items[0] = entries[j].items[0], entries[i].items[0]
+        return "semantic: layers swapped"
+    if roll < 0.7 and len(streams) > 1:
+        i = rng.randrange(len(streams))
+        del entries[i], streams[i]
+        return "semantic: layer dropped"
+    if roll < 0.8 and streams:
+        i, k = rng.randrange(len(streams)), len(streams)
+        entries.append(G([F("f64", entries[-1].items[0].value / 10, "layers: bound"),
+                          F("varint", 0, "layers: stream length", auto=lambda: len(ser(_at(root.items[3], k))))],
+                         "layers: entry"))
+        streams.append(streams[i])
+        return "semantic: layer repeated"
+    if entries:
+        f = rng.choice(entries).items[0]
+        f.value = rng.choice([f.value / 3, f.value * 1e-9, 0.0, f.value * 10, -f.value, math.nan])
+        return "semantic: layer bound"
+    return "semantic: none"
+
+
+_SEMANTIC.update(lossy=semantic_lossy, fields=semantic_fields, checkpoint=semantic_checkpoint, layers=semantic_layers)
 
 
 # ============================================================================ base streams
 @dataclass
 class Base:
     name: str
-    kind: str  # "lossy", "fields" or "checkpoint"
+    kind: str  # "lossy", "fields", "layers" or "checkpoint"
     file: str
     decoders: tuple[str, ...]
     extra: dict = field(default_factory=dict)
@@ -1601,6 +1663,20 @@ def _build_bases(folder: Path, part: int | None, parts: int) -> list[Base]:
     lossy("f32_3d_lattice", a, abs_error=0.4)
     a = (np.rint(smooth((40, 50), np.float64) * 100) * 0.01).astype(np.float64)
     lossy("f64_2d_lattice_step", a, abs_error=0.0105)
+    # precision layers (strata.lossy.layers): float32 with NaN and a fill value, four layers;
+    # float64 on a lattice, two
+    a = smooth((12, 30, 28), np.float32)
+    a[2:5, 4:11, :6] = np.nan
+    a[7, 7, 7] = -999.0
+    if mine(0):
+        (folder / "f32_3d_layers.strata").write_bytes(strata.compress(a, rel_error=1e-5, fill_value=-999.0,
+                                                                      progressive="precision"))
+    out.append(Base("f32_3d_layers", "layers", "f32_3d_layers.strata", LAYERS_DECODERS))
+    a = np.rint(smooth((20, 26), np.float64) * 5)
+    if mine(1):
+        (folder / "f64_2d_layers.strata").write_bytes(strata.compress(a, abs_error=0.4, layers=[5.0],
+                                                                      progressive="precision"))
+    out.append(Base("f64_2d_layers", "layers", "f64_2d_layers.strata", LAYERS_DECODERS))
     out += _enhanced_bases(folder, mine)
 
     if mine(1):
@@ -2001,6 +2077,40 @@ def _read_fields(case: Case, source, rng: random.Random) -> None:
         raise ValueError(case.decoder)
 
 
+def _read_layers(case: Case, source, rng: random.Random) -> None:
+    """A layered stream read at a random bound (a layer's, between two, or the finest): whole,
+    a region or a level's grid; or refined from a coarser bound. Each result keeps the promises
+    of :func:`check_read` at the bound of the layer it reached."""
+    import strata
+
+    with strata.open(source) as r:
+        layers = r.layers
+        _ = r.levels, r.settings_text(), r.fill_value, r.valid_range, r.mask_bytes, r.metadata
+        bounds = [lay.error_bound for lay in layers]
+        e = rng.choice(bounds + [bounds[0] * 10, None] + [b * 1.5 for b in bounds])
+        if case.decoder == "layers":
+            y = r.read(error_bound=e, masked=True)
+            check_read(r, y, r.shape, layers[r.layer_for(e)].error_bound, True)
+        elif case.decoder == "layers-region":
+            n = len(r.levels)
+            if rng.random() < 0.5 and n:
+                level = rng.randrange(n)
+                y = r.read(level=level, full_resolution=False, error_bound=e)
+                check_read(r, y, r.levels[level].shape, layers[r.layer_for(e)].error_bound, False)
+            else:
+                region = _random_region(rng, r.shape)
+                y = r.read(region=region, masked=rng.random() < 0.5, error_bound=e)
+                check_read(r, y, _selected_shape(r.shape, region), layers[r.layer_for(e)].error_bound, False)
+            _expect(r.bytes_for(error_bound=e) >= r.header_bytes, "bytes_for below the header")
+        elif case.decoder == "layers-refine":
+            first = r.retrieve(error_bound=bounds[0], region=_random_region(rng, r.shape) if rng.random() < 0.5
+                               else None)
+            finer = r.refine(first, error_bound=e)
+            check_read(r, finer.masked(), first.values.shape, finer.error_bound, first.region is None)
+        else:
+            raise ValueError(case.decoder)
+
+
 @functools.cache
 def _narrow_default() -> int:
     """The reader's own size threshold for narrow codes (read before any case changes it)."""
@@ -2025,7 +2135,7 @@ def narrow_case(index: int) -> bool:
 
 def code_width(case: Case, base: Base) -> str:
     """The codes a case's reads may take (the outcome tables' "codes" rows)."""
-    if base.kind not in ("lossy", "fields"):
+    if base.kind not in ("lossy", "fields", "layers"):
         return "none (checkpoint)"
     return "uint16 where the tables allow" if narrow_case(case.index) else "default (int32 below 2**20 values)"
 
@@ -2037,8 +2147,17 @@ def run_decoder(case: Case, base: Base, workdir: Path, narrow: bool | None = Non
     rng = random.Random(f"decoder:{case.index}")
     if case.decoder in SELF_TESTS:
         return _misbehave(case.decoder)
-    if base.kind in ("lossy", "fields"):
+    if base.kind in ("lossy", "fields", "layers"):
         narrow_codes(narrow_case(case.index) if narrow is None else narrow)
+    if base.kind == "layers":
+        if rng.random() < 0.2:  # from a file
+            path = workdir / "case.strata"
+            path.write_bytes(case.data)
+            try:
+                return _read_layers(case, path, rng)
+            finally:
+                os.unlink(path)
+        return _read_layers(case, case.data, rng)
     if base.kind == "fields":
         if rng.random() < 0.2:  # from a file
             path = workdir / "case.strata"

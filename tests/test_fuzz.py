@@ -154,7 +154,7 @@ def test_mutations_keep_checksums_valid(bases):
         data, cat = fz.mutate(rng, blobs[b.name], b.kind)
         if cat.startswith(("container", "stream", "combined")) or "JSON text" in cat:
             continue
-        kind = {"lossy": 1, "checkpoint": 2, "fields": 3}[b.kind]
+        kind = {"lossy": 1, "checkpoint": 2, "fields": 3, "layers": 4}[b.kind]
         unpack_header(Source(data), kind)  # a CRC mismatch would raise
         if b.kind == "lossy" and cat.startswith(("chunk:", "mask chunk:", "level head: table", "exact:", "enhance")):
             try:

@@ -17,7 +17,9 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 ALL_NAMES = sorted(p.name[:-len(".strata")] for p in GOLDEN.glob("*.strata"))
 #: Field sets (strata.enhance.compress_fields) hold several lossy streams: decoded on their own.
 FIELD_SETS = [n for n in ALL_NAMES if "fields" in json.loads((GOLDEN / f"{n}.json").read_text())]
-NAMES = [n for n in ALL_NAMES if n not in FIELD_SETS]
+#: Streams in precision layers (strata.lossy.layers): read at each layer's bound.
+LAYERED = [n for n in ALL_NAMES if "layers" in json.loads((GOLDEN / f"{n}.json").read_text())]
+NAMES = [n for n in ALL_NAMES if n not in FIELD_SETS and n not in LAYERED]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -69,6 +71,26 @@ def test_golden_streams_present():
     assert {2, 3, 4} <= versions
     assert 1 in json.loads((GOLDEN / "lossy_lanes_f32.json").read_text())["coders"]
     assert {"fields_cross_2x"} <= set(FIELD_SETS)
+    assert {"layers_masked_f32"} <= set(LAYERED)
+
+
+@pytest.mark.parametrize("name", LAYERED)
+def test_golden_layered_stream_decodes(name):
+    """A stream in precision layers (make_golden.py): a read at each layer's bound decodes bit for
+    bit, within that bound, missing values and infinities exact; a region of each, too."""
+    info = json.loads((GOLDEN / f"{name}.json").read_text())
+    a = np.load(GOLDEN / f"{name}.source.npy", allow_pickle=False)
+    missing = np.isnan(a) | (a == np.float32(info["kwargs"]["fill_value"]))
+    valid = ~missing & np.isfinite(a)
+    with strata.open(GOLDEN / f"{name}.strata") as r:
+        assert [lay.error_bound for lay in r.layers] == info["layers"] and r.metadata == info["kwargs"]["metadata"]
+        for e, sha in zip(info["layers"], info["decoded_sha256"]):
+            y = r.read(error_bound=e)
+            assert hashlib.sha256(y.tobytes()).hexdigest() == sha
+            assert np.array_equal(y[~valid].view("u4"), a[~valid].view("u4"))
+            assert np.abs(y[valid].astype(np.float64) - a[valid]).max() <= e
+            region = (slice(2, 7), slice(3, 20), 11)
+            assert np.array_equal(r.read(region=region, error_bound=e).view("u4"), y[region].view("u4"))
 
 
 @pytest.mark.parametrize("name", FIELD_SETS)

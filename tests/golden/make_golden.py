@@ -14,6 +14,9 @@ the plain decode's hash too. A field set's source is its fields stacked along a 
 A stream with a target section (``strata.lossy.target``) gets it from ``kwargs["target"]``
 (metric, target, compressions; the achieved value is the decode's PSNR) through
 ``strata.lossy.codec.with_target``; its info records the section's fields.
+
+A stream in precision layers (``strata.lossy.layers``, container kind 4) records each layer's
+bound and the SHA-256 of a read at each of them.
 """
 from __future__ import annotations
 
@@ -65,6 +68,16 @@ def sources() -> dict:
         # version 4 (lossy streams as in version 3 but for the version byte): the same field, 1e-2
         "lossy_v4_f32": (lanes, dict(abs_error=1e-2)),
     }
+
+
+def layered() -> dict:
+    """``{name: (array, compress kwargs)}`` of streams in precision layers."""
+    a = waves((8, 22, 26), 17, np.float32, noise=0.05)
+    a[1:3, 4:12, 5:9] = np.nan
+    a[5, 5:8, 20] = np.float32(-9999.0)
+    a[6, 0, 0] = np.inf
+    return {"layers_masked_f32": (a, dict(rel_error=1e-5, fill_value=-9999.0, progressive="precision",
+                                          metadata={"units": "K"}))}
 
 
 def field_sets() -> dict:
@@ -135,6 +148,18 @@ def main(names=None) -> None:
             with strata.open(blob) as r:
                 info["target"] = dataclasses.asdict(r.target)
             assert info["target"] == dataclasses.asdict(record), name
+        (HERE / f"{name}.json").write_text(json.dumps(info, indent=1) + "\n")
+        print(name, len(blob), "bytes")
+    for name, (a, kwargs) in layered().items():
+        if names and name not in names:
+            continue
+        blob = strata.compress(a, **kwargs)
+        with strata.open(blob) as r:
+            bounds = [lay.error_bound for lay in r.layers]
+            info = {"kwargs": kwargs, "format_version": blob[4], "layers": bounds,
+                    "decoded_sha256": [_sha(r.read(error_bound=e)) for e in bounds]}
+        np.save(HERE / f"{name}.source.npy", a, allow_pickle=False)
+        (HERE / f"{name}.strata").write_bytes(blob)
         (HERE / f"{name}.json").write_text(json.dumps(info, indent=1) + "\n")
         print(name, len(blob), "bytes")
     for name, (fields, kwargs) in field_sets().items():

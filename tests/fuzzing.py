@@ -589,12 +589,14 @@ def parse_fields(blob: bytes) -> G:
 def parse_layers(blob: bytes) -> G:
     """The field tree of a stream in precision layers (``docs/format.md`` section 10):
     ``root.items`` are the preamble, the header (combination, layer count, per layer its bound
-    and stream length), the header CRC, and the list of layer streams, each parsed by
-    :func:`parse_lossy`."""
+    and stream length, the lattice of an exact last layer), the header CRC, and the list of
+    layer streams, each parsed by :func:`parse_lossy`."""
     pre, hbytes, off = _container(blob)
     r = _Bytes(hbytes)
     combine, n = r.u8(), r.varint()
     raw_entries = [(struct.unpack("<d", r.take(8))[0], r.varint()) for _ in range(n)]
+    snap = [F("f64", struct.unpack("<d", r.take(8))[0], cat) for cat in ("layers: lattice offset",
+                                                                         "layers: lattice step")] if combine else []
     if r.pos != len(hbytes):
         raise ValueError("layered header has trailing bytes")
     s = _Bytes(blob, off)
@@ -607,7 +609,7 @@ def parse_layers(blob: bytes) -> G:
                                 F("varint", 0, "layers: stream length", auto=lambda i=i: len(ser(_at(streams, i))))],
                                "layers: entry"))
     header = G([F("u8", combine, "layers: combination"),
-                F("varint", n, "layers: count", auto=lambda: len(entries.items)), entries], "header")
+                F("varint", n, "layers: count", auto=lambda: len(entries.items)), entries, *snap], "header")
     return G([pre, header, _finish_container(pre, header), streams], "layered stream")
 
 
@@ -1664,7 +1666,7 @@ def _build_bases(folder: Path, part: int | None, parts: int) -> list[Base]:
     a = (np.rint(smooth((40, 50), np.float64) * 100) * 0.01).astype(np.float64)
     lossy("f64_2d_lattice_step", a, abs_error=0.0105)
     # precision layers (strata.lossy.layers): float32 with NaN and a fill value, four layers;
-    # float64 on a lattice, two
+    # float64 on a lattice, a layer and the exact one (its sum rounded to the lattice)
     a = smooth((12, 30, 28), np.float32)
     a[2:5, 4:11, :6] = np.nan
     a[7, 7, 7] = -999.0

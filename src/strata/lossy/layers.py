@@ -22,9 +22,10 @@ compressors (Magri et al., "Multilevel techniques for compression and reduction 
 data -- the univariate case" and MGARD-MDR's error-controlled refactoring; IPComp, Li et al.,
 SC'25, codes bit planes of one stream instead).
 
-Layout (``docs/format.md``, section 9): the strata container (kind 4) whose header is
-``u8 combine (0: sum) | varint layer count n | n x (f64 absolute bound | varint stream
-length)``, then the n lossy streams in that order.
+Layout (``docs/format.md``, section 10): the strata container (kind 4) whose header is
+``u8 combine (0: sum, 1: sum rounded to a lattice through the last layer) | varint layer count
+n | n x (f64 absolute bound | varint stream length) | (combine 1: f64 offset | f64 step)``, then
+the n lossy streams in that order.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from ..container import KIND_LAYERS, PREAMBLE_BYTES, Reader, Source, Writer, pac
 from ..errors import CorruptStreamError, InvalidInputError
 from . import missing
 from .codec import absolute_bound, compress, validate_array
+from .predictors import lattice
 from .reader import LossyReader
 
 #: Most layers a stream may hold.
@@ -48,8 +50,10 @@ COARSEST = 1e-2
 #: (:func:`prefix_length`): a layered stream's preamble and header up to a dozen layers (more
 #: take a second request: :func:`header_end`).
 HEAD_BYTES = 256
-#: How each layer's values combine with the previous layers' (the only one: added in float64).
+#: How each layer's values combine with the previous layers': added in float64 ...
 COMBINE_SUM = 0
+#: ... and, through the last layer (bound 0), rounded to a lattice (``offset + k * step``).
+COMBINE_SNAP = 1
 #: Relative share under its nominal bound that a coarser layer guarantees (:func:`layer_bounds`).
 _SLACK = 1e-6
 #: Times a layer's bound is tightened (halved) when its check fails, before it is coded losslessly.
@@ -101,6 +105,11 @@ def compress_layers(array, *, abs_error=None, rel_error=None, layers=None, mask=
     """Compress ``array`` into precision layers readable at any bound from the coarsest layer's
     down to ``abs_error`` / ``rel_error`` (the finest).
 
+    Data on a lattice (integers stored as floats, a fixed step: :mod:`strata.lossy.predictors.lattice`)
+    whose finest bound is below the step end with one *exact* layer (bound 0) instead of the
+    layers under the step: its residual is coded within half a step and the sum rounded to the
+    lattice, which gives back every value bit for bit.
+
     Args:
         array, abs_error, rel_error, mask, fill_value, metadata, objective: as
             :func:`strata.lossy.compress` (the bound is the finest layer's).
@@ -112,7 +121,7 @@ def compress_layers(array, *, abs_error=None, rel_error=None, layers=None, mask=
 
     Returns:
         The layered stream (bytes): read it with :func:`strata.open` /
-        :class:`strata.lossy.layered.LayeredReader` or :func:`strata.decompress`.
+        :class:`strata.lossy.LayeredReader` or :func:`strata.decompress`.
 
     Raises:
         InvalidInputError: as :func:`strata.lossy.compress`, or bad ``layers``
@@ -132,6 +141,11 @@ def compress_layers(array, *, abs_error=None, rel_error=None, layers=None, mask=
     bounds = layer_bounds(finest, vrange, layers, relative=rel_error is not None)
     if a.size == 0 or prep.valid_range is None:
         bounds = bounds[-1:]  # (nothing is lossy: one layer)
+    snap = _lattice(a, prep, finest) if len(bounds) > 1 else None
+    if snap is not None:  # (the layers under the step give way to one exact layer)
+        bounds = [e for e in bounds if e >= snap[1]] + [0.0]
+        if len(bounds) == 1:
+            snap, bounds = None, [finest]  # (the first layer is on the lattice already, losslessly)
     report = progress or (lambda done, total: None)
     first = compress(array, abs_error=bounds[0], mask=mask, fill_value=fill_value, metadata=metadata,
                      objective=objective)
@@ -148,55 +162,92 @@ def compress_layers(array, *, abs_error=None, rel_error=None, layers=None, mask=
         top = float(np.abs(x).max(initial=0.0)) + bounds[0]
         # the cast to the dtype and the float64 sums round: a layer's residual is coded that much tighter
         margin = float(np.spacing(a.dtype.type(top))) / 2 + 8 * float(np.spacing(top))
-        for k, e in enumerate(bounds[1:], 1):
-            stream, total = _layer(x, total, valid, a, e, margin, partition, objective)
+        for k in range(1, len(bounds)):
+            exact = snap if k == len(bounds) - 1 else None
+            layer = _Layer(x, valid, a, bounds[k], bounds[k - 1], margin, exact)
+            stream, total = layer.code(total, partition, objective)
             streams.append(stream)
             report(k + 1, len(bounds))
-    return pack(KIND_LAYERS, pack_header(bounds, [len(s) for s in streams]), streams)
+    return pack(KIND_LAYERS, pack_header(bounds, [len(s) for s in streams], snap), streams)
 
 
-def _layer(x, total, valid, a: np.ndarray, e: float, margin: float, partition, objective) -> tuple[bytes, np.ndarray]:
-    """Layer at bound ``e``: the residual ``x - total`` (flat float64, 0 where not ``valid``) coded
-    in the shape of the data ``a`` at ``e - margin`` (halved up to :data:`_RETRIES` times, then 0,
-    until every valid value of the new sum, cast to ``a``'s dtype, is within ``e``); returns the
-    stream and the new sum.
-
-    Raises:
-        InvalidInputError: not even the lossless residual keeps the sum within ``e`` (a bound
-            of 0 on float64 values near 0 beside large ones: the sums round).
-    """
-    residual = x - total
-    trials = [max(e - margin, e / 2)] + [e / 2 ** (i + 2) for i in range(_RETRIES - 1)] + [0.0]
-    for bound in trials:
-        stream = compress(residual.reshape(a.shape), abs_error=bound, partition=partition, objective=objective)
-        with LossyReader(stream) as r:
-            new = total + r.read().reshape(-1)
-        err = np.abs(new.astype(a.dtype).astype(np.float64) - x)
-        if not valid.any() or float(err[valid].max()) <= e:
-            return stream, new
-    raise InvalidInputError(f"a layer at bound {e:g} cannot be held by float64 sums of layers for these values: "
-                            "use a coarser finest bound")
+def _lattice(a: np.ndarray, prep, finest: float) -> tuple[float, float] | None:
+    """``(offset, step)`` of the lattice the valid values lie on when the finest bound codes
+    them losslessly on it (:func:`strata.lossy.predictors.lattice.choose` with no step of
+    error), else None."""
+    on = lattice.choose(a.reshape(-1), prep.missing, finest, prep.valid_range)
+    return (on.offset, on.step) if on is not None and on.m == 0 else None
 
 
-def pack_header(bounds: list[float], lengths: list[int]) -> bytes:
+class _Layer:
+    """How one residual layer is coded and checked (:meth:`code`).
+
+    ``x``: the data (flat float64, 0 where not ``valid``); ``a``: the data as given (its shape
+    and dtype); ``e``: the layer's bound, ``above`` the previous layer's; ``margin``: what the
+    float64 sums and the cast to the dtype may add; ``snap``: ``(offset, step)`` for the exact
+    layer of data on a lattice (``e`` is 0: the sum is rounded to the lattice)."""
+
+    def __init__(self, x, valid, a, e: float, above: float, margin: float, snap):
+        self.x, self.valid, self.a, self.e, self.snap = x, valid, a, e, snap
+        # (a residual is at most ``above``: coded in the data's dtype, it rounds by half a unit there)
+        cast = float(np.spacing(a.dtype.type(above))) / 2 + margin
+        target = (0.5 - lattice.SLACK) * snap[1] if snap is not None else e
+        self.trials = ([(max(target - cast, target / 2), a.dtype)]
+                       + [(target / 2 ** (i + 2), a.dtype) for i in range(_RETRIES - 1)] + [(0.0, np.float64)])
+
+    def values(self, total: np.ndarray) -> np.ndarray:
+        """The values a reader returns from the sum ``total`` (float64): cast to the dtype, or
+        rounded to the lattice."""
+        if self.snap is None:
+            return total.astype(self.a.dtype)
+        offset, step = self.snap
+        return (offset + step * np.rint((total - offset) / step)).astype(self.a.dtype)
+
+    def code(self, total: np.ndarray, partition, objective) -> tuple[bytes, np.ndarray]:
+        """The layer's stream and the new sum: the residual ``x - total`` coded at the first of
+        ``trials`` (bound, dtype) after which every valid value is within ``e`` (bit for bit
+        for the exact layer).
+
+        Raises:
+            InvalidInputError: not even the lossless float64 residual does (a bound of 0 on
+                float64 values near 0 beside large ones: the sums round).
+        """
+        residual = self.x - total
+        for bound, dtype in self.trials:
+            stream = compress(residual.astype(dtype).reshape(self.a.shape), abs_error=bound, partition=partition,
+                              objective=objective)
+            with LossyReader(stream) as r:
+                new = total + r.read().reshape(-1)
+            err = np.abs(self.values(new).astype(np.float64) - self.x)[self.valid]
+            if not err.size or float(err.max()) <= self.e:
+                return stream, new
+        raise InvalidInputError(f"a layer at bound {self.e:g} cannot be held by float64 sums of layers for these "
+                                "values: use a coarser finest bound")
+
+
+def pack_header(bounds: list[float], lengths: list[int], snap: tuple[float, float] | None = None) -> bytes:
     """The layered container's header (see the module docstring)."""
-    w = Writer().u8(COMBINE_SUM).varint(len(bounds))
+    w = Writer().u8(COMBINE_SUM if snap is None else COMBINE_SNAP).varint(len(bounds))
     for e, n in zip(bounds, lengths):
         w.f64(e).varint(n)
+    if snap is not None:
+        w.f64(snap[0]).f64(snap[1])
     return w.getvalue()
 
 
-def parse_header(raw) -> list[tuple[float, int]]:
-    """``[(bound, stream length), ...]`` of a layered header, coarse to fine, checked: a known
-    combination, 1..:data:`MAX_LAYERS` layers, finite non-negative strictly decreasing bounds
-    (the reader checks the lengths against the bytes it holds).
+def parse_header(raw) -> tuple[list[tuple[float, int]], tuple[float, float] | None]:
+    """``([(bound, stream length), ...], snap)`` of a layered header, coarse to fine, and the
+    lattice ``(offset, step)`` a read through the last layer rounds to (None without), checked: a
+    known combination, 1..:data:`MAX_LAYERS` layers, finite non-negative strictly decreasing
+    bounds, the last 0 with a lattice of finite offset and positive finite step (the reader
+    checks the lengths against the bytes it holds).
 
     Raises:
         CorruptStreamError: otherwise.
     """
     r = Reader(raw, "layered header")
     combine = r.u8()
-    if combine != COMBINE_SUM:
+    if combine not in (COMBINE_SUM, COMBINE_SNAP):
         raise CorruptStreamError(f"unknown layer combination {combine}")
     n = r.varint(MAX_LAYERS)
     if n < 1:
@@ -205,11 +256,15 @@ def parse_header(raw) -> list[tuple[float, int]]:
     for _ in range(n):
         e = r.f64()
         out.append((e, r.varint()))
+    snap = (r.f64(), r.f64()) if combine == COMBINE_SNAP else None
     r.done()
     bounds = [e for e, _ in out]
     if not all(math.isfinite(e) and e >= 0 for e in bounds) or any(a <= b for a, b in zip(bounds, bounds[1:])):
         raise CorruptStreamError(f"layer bounds not finite, non-negative and decreasing: {bounds}")
-    return out
+    if snap is not None and not (math.isfinite(snap[0]) and math.isfinite(snap[1]) and snap[1] > 0
+                                 and bounds[-1] == 0 and n > 1):
+        raise CorruptStreamError(f"a lattice {snap} for the exact last layer of bounds {bounds}")
+    return out, snap
 
 
 def header_end(head) -> int | None:
@@ -236,10 +291,10 @@ def prefix_length(head, error_bound: float) -> int | None:
     if stream_kind(src) != KIND_LAYERS:
         return None
     raw, off = unpack_header(src, KIND_LAYERS)
-    entries = parse_header(raw)
+    entries, _ = parse_header(raw)
     k = next((i for i, (b, _) in enumerate(entries) if b <= float(error_bound)), None)
     return None if k is None else off + sum(n for _, n in entries[:k + 1])
 
 
-__all__ = ["COARSEST", "HEAD_BYTES", "LAYER_STEP", "MAX_LAYERS", "compress_layers", "header_end", "layer_bounds",
-           "pack_header", "parse_header", "prefix_length"]
+__all__ = ["COARSEST", "COMBINE_SNAP", "COMBINE_SUM", "HEAD_BYTES", "LAYER_STEP", "MAX_LAYERS", "compress_layers",
+           "header_end", "layer_bounds", "pack_header", "parse_header", "prefix_length"]

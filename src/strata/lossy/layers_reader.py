@@ -82,7 +82,7 @@ class LayeredReader:
         self._src = source if isinstance(source, Source) else Source(source)
         try:
             raw, off = unpack_header(self._src, KIND_LAYERS)
-            entries = parse_header(raw)
+            entries, self._snap = parse_header(raw)
             self._header_bytes = off
             self._layers = []
             for k, (bound, n) in enumerate(entries):
@@ -109,14 +109,15 @@ class LayeredReader:
             info = self._layers[k]
             r = LossyReader(self._src.part(info.offset, info.compressed_bytes, f"layer {k}"))
             h = r.header
-            if h.eb > info.error_bound:
+            exact = self._snap is not None and k == len(self._layers) - 1
+            if (h.eb >= self._snap[1] / 2) if exact else (h.eb > info.error_bound):
                 raise CorruptStreamError(f"layer {k} is coded at bound {h.eb:g}, above its layer bound "
-                                         f"{info.error_bound:g}")
+                                         f"{info.error_bound:g}" + (" (half a step of its lattice)" if exact else ""))
             if k:
                 first = self._first.header
-                if h.shape != first.shape or r.dtype != np.float64 or h.missing_count or h.exact_len:
-                    raise CorruptStreamError(f"layer {k} is not a float64 residual of the first layer's shape "
-                                             "without missing or exact values")
+                if h.shape != first.shape or h.missing_count or h.exact_len:
+                    raise CorruptStreamError(f"layer {k} is not a residual of the first layer's shape without missing "
+                                             "or exact values")
                 if (h.order, h.flat) != (first.order, first.flat):
                     raise CorruptStreamError(f"layer {k} has other levels than the first layer")
             self._readers[k] = r
@@ -304,11 +305,15 @@ class LayeredReader:
                                          max_output_bytes=max_output_bytes, enhance=False)
             if layer.shape != total.shape:
                 raise CorruptStreamError(f"layer {j} decodes to shape {layer.shape}, the first layer to {total.shape}")
-            total += np.where(got.valid, layer, 0.0)
+            np.add(total, layer, out=total, where=got.valid)
             if progress is not None:
                 progress(j + 1, k + 1)
         values = got.values.copy()
-        values[got.valid] = total[got.valid].astype(values.dtype)
+        if self._snap is not None and k == len(self._layers) - 1:  # (the exact layer: onto the lattice)
+            offset, step = self._snap
+            values[got.valid] = offset + step * np.rint((total[got.valid] - offset) / step)
+        else:
+            values[got.valid] = total[got.valid]
         bound = self._layers[k].error_bound
         self._check_range(values, got, bound)
         return Retrieval(values, got.mask, bound, k + 1, got.level, got.region, got.full_resolution, total,

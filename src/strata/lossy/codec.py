@@ -82,7 +82,7 @@ def absolute_bound(valid_range, abs_error, rel_error) -> tuple[int, float, float
 @kernel_threads()
 def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None,
              settings: Settings | None = None, objective: str = "ratio", progress=None,
-             partition: tuple | None = None) -> bytes:
+             partition: tuple | None = None, window: float = 0.0) -> bytes:
     """Compress ``array`` with a point-wise error bound on its valid values.
 
     Args:
@@ -108,6 +108,10 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
         partition: ``(order, flat)`` of :class:`~strata.lossy.tune.Settings` the chosen
             settings keep, so that the stream has another's levels (a precision layer's:
             :mod:`strata.lossy.layers`); ignored with ``settings``.
+        window: every valid value lies in ``[-window, window]`` (a residual precision layer,
+            :mod:`strata.lossy.layers`): the codes are folded into that window
+            (:func:`strata.lossy.quantize.quantize_window`), the values are not coded on a
+            lattice; 0 for none. A value outside the window is stored exactly.
 
     Returns:
         The compressed stream (bytes), self-describing.
@@ -123,6 +127,8 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     :mod:`strata.lossy.missing` for the contract and the method).
     """
     check_objective(objective)
+    if not (math.isfinite(window) and window >= 0):
+        raise InvalidInputError(f"window must be finite and >= 0, got {window}")
     data, ma_mask = missing.split_masked(array)
     a = validate_array(data)
     miss = None  # (NaN only: prepare finds them, without a mask array when there are none)
@@ -133,7 +139,7 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     prep = missing.prepare(a, miss)
     mode, value, eb = absolute_bound(prep.valid_range, abs_error, rel_error)
     metadata_section = meta.section(metadata)
-    on = lattice.choose(a.reshape(-1), prep.missing, eb, prep.valid_range)
+    on = lattice.choose(a.reshape(-1), prep.missing, eb, prep.valid_range) if not window else None
     if a.size == 0:
         header = LossyHeader(a.shape, a.dtype, mode, value, eb, valid_range=prep.valid_range,
                              metadata_len=len(metadata_section), lattice=on)
@@ -153,10 +159,10 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     if settings is None:
         settings, trial = choose(orig.reshape(a.shape), coding_eb, origin_pred, prep.missing, work, codes, objective,
                                  partition)
-    plan = make_plan(settings, a.shape, a.dtype, coding_eb, on, origin_pred)
+    plan = make_plan(settings, a.shape, a.dtype, coding_eb, on, origin_pred, window)
     stages = plan.partition.num_levels + 2
     report(1, stages)
-    if trial is not None:  # (the tuner's trials covered the whole array: they are the plan's codes)
+    if trial is not None and not window:  # (the tuner's trials covered the whole array: the plan's codes)
         codes = trial.codes
     else:
         predict_all(orig, missing.NO_MISSING if prep.missing is None else prep.missing, plan, work, codes)

@@ -51,9 +51,8 @@ def predict_all(orig: np.ndarray, missing: np.ndarray, plan: Plan, x: np.ndarray
     shape = np.array(part.shape, np.int64)
     for predictor, steps in plan.runs(0, last):
         run = passes if len(steps) == len(passes) else {i: passes[i] for i in steps}
-        predictor.encode_passes(x, codes, orig, missing, shape,
-                                predictor.pass_table(run, plan.bounds, plan.param, part,
-                                                     ("rows", steps.start, steps.stop, plan.multi)))
+        table = plan.table(predictor, run, part=part, key=("rows", steps.start, steps.stop, plan.multi))
+        predictor.encode_passes(x, codes, orig, missing, shape, table)
     return codes
 
 

@@ -9,7 +9,7 @@ fields (count, fill pattern, the first point's prediction, per level the lengths
 index and mask payload), the metadata section's length, the valid range, the enhancement section's length,
 the target section's length, the lattice the values are coded on (:mod:`strata.lossy.predictors.lattice`),
 the predictor id of every step (:mod:`strata.lossy.predictors`; absent: every step interpolated
-dimension by dimension).
+dimension by dimension), the window of a residual precision layer's codes (:mod:`strata.lossy.layers`).
 Every size is validated against ``MAX_ELEMENTS`` and the stream length before anything is
 allocated.
 """
@@ -38,8 +38,10 @@ DTYPE_CODES = {np.dtype("float32"): 1, np.dtype("float64"): 2}
 BOUND_ABS, BOUND_REL = 0, 1
 #: Extension flags.
 EXT_MISSING, EXT_METADATA, EXT_RANGE, EXT_ENHANCE, EXT_TARGET, EXT_LATTICE, EXT_PREDICTORS = 1, 2, 4, 8, 16, 32, 64
+#: ... and the window of a residual precision layer's codes (:attr:`strata.lossy.plan.Plan.window`).
+EXT_WINDOW = 128
 #: Flags a reader knows; a stream with a higher bit set is refused (a later writer's section).
-EXT_KNOWN = 128
+EXT_KNOWN = 256
 #: Most refinement steps (three axes of at most 2**40 points).
 MAX_STEPS = 3 * 41
 ORDERS = list(itertools.permutations(range(3)))
@@ -95,6 +97,9 @@ class LossyHeader:
     #: The predictor id of each refinement step (:data:`strata.lossy.predictors.PREDICTORS`), or
     #: None: every step interpolated dimension by dimension (id 0).
     predictors: tuple[int, ...] | None = None
+    #: The window of a residual precision layer's codes (:attr:`strata.lossy.plan.Plan.window`);
+    #: 0: none.
+    window: float = 0.0
 
     @property
     def size(self) -> int:
@@ -120,7 +125,7 @@ class LossyHeader:
         params = 1 if cubic == every else 0 if cubic == 0 else [(cubic >> i) & 1 for i in range(n)]
         return Plan.make(self.shape, self.dtype, self.coding_eb, self.order, self.flat,
                          self.alpha8, self.beta8, params, self.lattice, self.origin_pred,
-                         INTERPOLATION if self.predictors is None else self.predictors)
+                         INTERPOLATION if self.predictors is None else self.predictors, self.window)
 
     @classmethod
     def of(cls, plan: Plan, bound_mode: int, bound_value: float, eb: float, **facts) -> LossyHeader:
@@ -136,7 +141,7 @@ class LossyHeader:
                       else sum(1 << i for i, p in enumerate(plan.params) if p))
         return cls(plan.shape, plan.dtype, bound_mode, bound_value, eb, plan.order, plan.flat, plan.alpha8,
                    plan.beta8, cubic_mask, lattice=plan.lattice, origin_pred=plan.origin_pred,
-                   predictors=predictors, **facts)
+                   predictors=predictors, window=plan.window, **facts)
 
     def to_bytes(self) -> bytes:
         w = Writer().u8(len(self.shape))
@@ -154,7 +159,7 @@ class LossyHeader:
         flags = ((EXT_MISSING if self.missing_count else 0) | (EXT_METADATA if self.metadata_len else 0)
                  | (EXT_RANGE if self.valid_range is not None else 0) | (EXT_ENHANCE if self.enhance_len else 0)
                  | (EXT_TARGET if self.target_len else 0) | (EXT_LATTICE if self.lattice is not None else 0)
-                 | (EXT_PREDICTORS if self.predictors is not None else 0))
+                 | (EXT_PREDICTORS if self.predictors is not None else 0) | (EXT_WINDOW if self.window else 0))
         w.u8(flags)
         if self.missing_count:
             w.varint(self.missing_count).raw(self.fill_bits).f64(self.origin_pred)
@@ -172,6 +177,8 @@ class LossyHeader:
             w.f64(self.lattice.offset).f64(self.lattice.step).varint(self.lattice.m)
         if self.predictors is not None:
             w.blob(bytes(self.predictors))
+        if self.window:
+            w.f64(self.window)
         return w.getvalue()
 
     @classmethod
@@ -276,3 +283,8 @@ class LossyHeader:
             if ids.count(INTERPOLATION) == len(ids):
                 raise CorruptStreamError("step predictors recorded for a stream that interpolates every step")
             self.predictors = ids
+        if flags & EXT_WINDOW:
+            self.window = r.f64()
+            if not (math.isfinite(self.window) and self.window > 0) or self.lattice is not None:
+                raise CorruptStreamError(f"invalid window {self.window} of a residual layer's codes"
+                                         + (" (on a lattice)" if self.lattice is not None else ""))

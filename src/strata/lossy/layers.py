@@ -191,6 +191,9 @@ class _Layer:
         self.x, self.valid, self.a, self.e, self.snap = x, valid, a, e, snap
         # (a residual is at most ``above``: coded in the data's dtype, it rounds by half a unit there)
         cast = float(np.spacing(a.dtype.type(above))) / 2 + margin
+        # the window its codes are folded into: a little wider than ``above`` (what the sums and
+        # casts may add); a residual outside it is stored exactly
+        self.window = above * (1 + 1e-9) + 2 * cast
         target = (0.5 - lattice.SLACK) * snap[1] if snap is not None else e
         self.trials = ([(max(target - cast, target / 2), a.dtype)]
                        + [(target / 2 ** (i + 2), a.dtype) for i in range(_RETRIES - 1)] + [(0.0, np.float64)])
@@ -215,7 +218,7 @@ class _Layer:
         residual = self.x - total
         for bound, dtype in self.trials:
             stream = compress(residual.astype(dtype).reshape(self.a.shape), abs_error=bound, partition=partition,
-                              objective=objective)
+                              objective=objective, window=self.window)
             with LossyReader(stream) as r:
                 new = total + r.read().reshape(-1)
             err = np.abs(self.values(new).astype(np.float64) - self.x)[self.valid]

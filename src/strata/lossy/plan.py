@@ -101,6 +101,9 @@ class Plan(NamedTuple):
         lattice: the lattice the valid values are coded on (their index), or None.
         origin_pred: prediction of the first point (the one-point starting grid).
         partition: steps, levels, passes and chunks of the internal 3D view (shared, cached).
+        window: the values coded lie in ``[-window, window]`` (a residual precision layer,
+            :mod:`strata.lossy.layers`): its codes are folded into that window
+            (:func:`strata.lossy.quantize.quantize_window`); 0 for none.
     """
 
     shape: tuple[int, ...]
@@ -116,21 +119,23 @@ class Plan(NamedTuple):
     lattice: Lattice | None
     origin_pred: float
     partition: Partition
+    window: float = 0.0
 
     @staticmethod
     def make(shape: tuple[int, ...], dtype, eb: float, order: Vec = (0, 1, 2),
              flat: tuple[bool, bool, bool] = (False, False, False), alpha8: int = 8, beta8: int = 8,
              params=True, lattice: Lattice | None = None, origin_pred: float = 0.0,
-             predictors=INTERPOLATION) -> Plan:
+             predictors=INTERPOLATION, window: float = 0.0) -> Plan:
         """The plan of the settings the tuner chose (:class:`strata.lossy.tune.Settings`'
         fields) for an array of ``shape`` and ``dtype`` at coding bound ``eb``: each step
         predicted by ``predictors`` (one id for every step, or a sequence of one per step) with
-        parameter ``params`` (likewise), its bound by the level-wise factors."""
+        parameter ``params`` (likewise), its bound by the level-wise factors; ``window`` as
+        :attr:`window`."""
         part = Partition.get(as_3d_shape(shape), order, flat)
         return Plan(tuple(shape), np.dtype(dtype), float(eb), part.order, part.flat, int(alpha8), int(beta8),
                     _per_step(predictors, len(part.steps)), _per_step(params, len(part.steps)),
                     _step_bounds(part.level_numbers, float(eb), int(alpha8), int(beta8)), lattice, float(origin_pred),
-                    part)
+                    part, float(window))
 
     @property
     def multi(self) -> frozenset:
@@ -152,6 +157,12 @@ class Plan(NamedTuple):
     def origin_bound(self) -> float:
         """Coding bound of the first point: the first step's (the bound when there is none)."""
         return self.bounds[0] if self.bounds else self.eb
+
+    def table(self, predictor: Predictor, passes: dict, **kwargs):
+        """``predictor``'s pass table of ``passes`` under this plan (its bounds, parameters and
+        window; ``kwargs``: :meth:`strata.lossy.predictors.Predictor.pass_table`'s ``part``,
+        ``key``, ``rows``)."""
+        return predictor.pass_table(passes, self.bounds, self.param, window=self.window, **kwargs)
 
     def param(self, step: int) -> int:
         """Predictor parameter of step ``step`` (the ``param`` of a predictor's pass table)."""

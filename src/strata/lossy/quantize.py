@@ -26,6 +26,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
+from ..entropy.binning import unzigzag, zigzag
+
 #: Largest |q| that is quantized; larger residuals become unpredictable values.
 RADIUS = 1 << 20
 #: Quantization code stored for an unpredictable value (codes are ``q + RADIUS`` otherwise).
@@ -134,6 +136,62 @@ def dequantize_into(x, idx, codes, pred, bin_width):
     code = codes[idx]
     if code != UNPREDICTABLE:
         x[idx] = pred + np.float64(np.int64(code) - code_radius(codes)) * bin_width
+
+
+# ---------------------------------------------------------------------------- windowed codes
+# A residual precision layer (:mod:`strata.lossy.layers`) codes values known to lie in a window
+# ``[-win, win]`` (the previous layer's bound). The prediction is clamped into it, and of the
+# bins ``q`` whose reconstruction can lie in it, ``[-a, b]``, those within ``m = min(a, b)`` of the
+# prediction keep their code, the others (on the longer side alone) take the zig-zag ranks after
+# ``2m`` (:mod:`strata.entropy.binning`: ``0, +1, -1, +2, -2, ...``): no rank is spent on a bin the
+# value cannot be in, so a prediction off the mark costs what the window leaves, not more.
+
+
+@njit(inline="always")
+def window_clamp(pred, win):
+    """``pred`` clamped into ``[-win, win]``."""
+    return min(max(pred, -win), win)
+
+
+@njit(inline="always")
+def _window_sides(pred, win, inv_bin):
+    """``(a, b)``, as float64: the bins ``q`` in ``[-a, b]`` are those whose reconstruction
+    ``pred + q * bin`` lies within half a bin of ``[-win, win]`` (``pred`` in it: ``a, b >= 0``)."""
+    return np.floor((pred + win) * inv_bin + 0.5), np.floor((win - pred) * inv_bin + 0.5)
+
+
+@njit(inline="always")
+def quantize_window(x, idx, value, pred, eb, inv_bin, bin_width, win):
+    """:func:`quantize_into` of ``value`` in the window ``[-win, win]`` (``win > 0``) against
+    ``pred`` clamped into it, the code folded (see above). A value whose bin falls outside the
+    window (the window was wrong by a rounding) is unpredictable: stored exactly."""
+    p = window_clamp(pred, win)
+    code = quantize_into(x, idx, value, p, eb, inv_bin, bin_width)
+    if code == UNPREDICTABLE or value != value:
+        return code
+    q = np.int64(code) - RADIUS
+    a, b = _window_sides(p, win, inv_bin)
+    if q < -a or q > b:
+        x[idx] = value
+        return UNPREDICTABLE
+    m = np.int64(min(a, b))
+    if abs(q) <= m:
+        return code
+    return np.int32(unzigzag(m + abs(q)) + RADIUS)
+
+
+@njit(inline="always")
+def dequantize_window(x, idx, codes, pred, inv_bin, bin_width, win):
+    """:func:`dequantize_into` of a code of :func:`quantize_window`."""
+    code = codes[idx]
+    if code != UNPREDICTABLE:
+        p = window_clamp(pred, win)
+        t = np.int64(code) - code_radius(codes)
+        a, b = _window_sides(p, win, inv_bin)
+        m = np.int64(min(a, b))
+        z = zigzag(t)
+        q = t if z <= 2 * m else (z - m if b > a else m - z)
+        x[idx] = p + np.float64(q) * bin_width
 
 
 def quantize_reference(values: np.ndarray, preds: np.ndarray, eb: float):

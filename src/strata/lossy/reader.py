@@ -783,8 +783,7 @@ class LossyReader:
         base_plan = cp.passes(None, part.base_steps - 1)
         for predictor, steps in cp.runs(0, part.base_steps - 1):
             run = base_plan if len(steps) == len(base_plan) else {i: base_plan[i] for i in steps}
-            table = predictor.pass_table(run, cp.bounds, cp.param, part,
-                                         ("rows", "base", steps.start, steps.stop, cp.multi))
+            table = cp.table(predictor, run, part=part, key=("rows", "base", steps.start, steps.stop, cp.multi))
             predictor.decode_passes(x, codes, miss, shape, table)
         total = len(step_passes) + 1
         report(1, total)
@@ -793,8 +792,7 @@ class LossyReader:
                 break
             lv = i - part.base_steps + 1
             predictor = cp.predictor(i)
-            table = predictor.pass_table({i: step_passes[i]}, cp.bounds, cp.param, part,
-                                         ("rows", "step", i, i in cp.multi))
+            table = cp.table(predictor, {i: step_passes[i]}, part=part, key=("rows", "step", i, i in cp.multi))
             if lv <= level:
                 self._decode_chunks(lv, data.codes.pop(lv), x, codes, miss)
                 predictor.decode_passes(x, codes, miss, shape, table)
@@ -854,12 +852,12 @@ class LossyReader:
                 base_plan = cp.passes(None, part.base_steps - 1)
                 for predictor, steps in cp.runs(0, part.base_steps - 1):
                     run = base_plan if len(steps) == len(base_plan) else {i: base_plan[i] for i in steps}
-                    table = predictor.pass_table(run, cp.bounds, cp.param, rows=w.rows(run))
+                    table = cp.table(predictor, run, rows=w.rows(run))
                     predictor.decode_passes(x, codes, miss, shape, table, geo)
             else:
                 i = part.base_steps + lv - 1
                 predictor = cp.predictor(i)
-                table = predictor.pass_table({i: step_passes[i]}, cp.bounds, cp.param, rows=w.rows({i: step_passes[i]}))
+                table = cp.table(predictor, {i: step_passes[i]}, rows=w.rows({i: step_passes[i]}))
                 if codes is not None:
                     self._decode_chunks(lv, data.codes.pop(lv), x, codes, miss, w)
                     predictor.decode_passes(x, codes, miss, shape, table, geo)

@@ -61,14 +61,15 @@ class Settings:
 
 
 def make_plan(settings: Settings, shape: tuple[int, ...], dtype, eb: float, lattice=None,
-              origin_pred: float = 0.0) -> Plan:
+              origin_pred: float = 0.0, window: float = 0.0) -> Plan:
     """The compression plan (:class:`strata.lossy.plan.Plan`) of ``settings`` for an array of
     ``shape`` and ``dtype`` at coding bound ``eb``, on ``lattice`` (or None) with first-point
     prediction ``origin_pred``: every step interpolated, dimension by dimension or
-    multi-dimensionally, cubic or linear, as ``settings`` say."""
+    multi-dimensionally, cubic or linear, as ``settings`` say; ``window`` as
+    :attr:`strata.lossy.plan.Plan.window`."""
     n_steps = len(Partition.get(as_3d_shape(shape), settings.order, settings.flat).steps)
     return Plan.make(shape, dtype, eb, settings.order, settings.flat, settings.alpha8, settings.beta8,
-                     settings.cubic, lattice, origin_pred, settings.predictors(n_steps))
+                     settings.cubic, lattice, origin_pred, settings.predictors(n_steps), window)
 
 
 #: Level-wise bound factors ``(alpha8, beta8)`` tried after none, in this order while each
@@ -243,7 +244,7 @@ def estimate_bits(flat: np.ndarray, shape3, eb: float, settings, boxes, plans=No
     if n_steps == 0:
         return 0.0, codes, hist
     rows, counts, n_points, shape, level_points, counted = _trial_geometry(part, plans, boxes, settings.multi)
-    eb_rows = np.repeat(np.array(bounds, np.float64), counts)
+    eb_rows = np.repeat(np.stack([np.array(bounds, np.float64), np.zeros(len(bounds))], axis=1), counts, axis=0)
     cubic_rows = np.full(rows.shape[0], settings.cubic)
     mask = NO_MISSING if missing is None else missing
     if not settings.multi:

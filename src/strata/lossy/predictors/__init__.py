@@ -45,17 +45,18 @@ class Predictor(Protocol):
 
     A *table* is what the predictor's compiled passes take for the passes of some steps (the
     geometry of each pass, the bound and parameter of its step; opaque to the callers):
-    ``pass_table(passes, bounds, param, part, key, rows)``, ``passes`` ``{step index: [Pass,
-    ...]}``, ``bounds[i]`` the coding bound of step ``i``, ``param(i)`` its parameter; ``part``
+    ``pass_table(passes, bounds, param, part, key, rows, window)``, ``passes`` ``{step index:
+    [Pass, ...]}``, ``bounds[i]`` the coding bound of step ``i``, ``param(i)`` its parameter; ``part``
     and ``key`` memoize the geometry in ``part.cache``; ``rows``, the passes' geometry in a
-    region read's window (:meth:`strata.lossy.window.Window.rows`). ``geo`` places the arrays in the whole grid
+    region read's window (:meth:`strata.lossy.window.Window.rows`); ``window``, a residual
+    layer's (:attr:`strata.lossy.plan.Plan.window`). ``geo`` places the arrays in the whole grid
     (a region read's window, :class:`strata.lossy.window.Window`; None: the whole array).
     """
 
     #: Whether its steps' passes are groups of axes (multi-dimensional) or one per axis.
     GROUPS: bool
 
-    def pass_table(self, passes, bounds, param, part=None, key=None, rows=None): ...
+    def pass_table(self, passes, bounds, param, part=None, key=None, rows=None, window=0.0): ...
 
     def encode_passes(self, x, codes, orig, missing, shape, table, geo=None) -> None:
         """Predict and quantize the table's points (reconstructions into ``x``, codes into ``codes``)."""

@@ -43,10 +43,13 @@ from ..quantize import (
     UNPREDICTABLE,
     code_radius,
     dequantize_into,
+    dequantize_window,
     narrow_type,
     quantize_into,
     quantize_lane,
+    quantize_window,
     select,
+    window_clamp,
 )
 
 #: Its steps have one pass per refined axis (:data:`strata.lossy.predictors.Predictor.GROUPS`).
@@ -163,13 +166,22 @@ def _apply(x, idx, d1, rule):
 
 
 @njit(inline="always")
-def _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width):
+def _point(mode, x, codes, orig, idx, pred, eb, inv_bin, bin_width, win):
+    """Point ``idx``: quantized against ``pred`` (mode 0), dequantized (1) or set to it (2); in
+    the window ``[-win, win]`` of a residual layer when ``win > 0``
+    (:func:`strata.lossy.quantize.quantize_window`)."""
     if mode == 0:
-        codes[idx] = quantize_into(x, idx, np.float64(orig[idx]), pred, eb, inv_bin, bin_width)
+        if win > 0:
+            codes[idx] = quantize_window(x, idx, np.float64(orig[idx]), pred, eb, inv_bin, bin_width, win)
+        else:
+            codes[idx] = quantize_into(x, idx, np.float64(orig[idx]), pred, eb, inv_bin, bin_width)
     elif mode == 1:
-        dequantize_into(x, idx, codes, pred, bin_width)
+        if win > 0:
+            dequantize_window(x, idx, codes, pred, inv_bin, bin_width, win)
+        else:
+            dequantize_into(x, idx, codes, pred, bin_width)
     else:
-        x[idx] = pred
+        x[idx] = window_clamp(pred, win) if win > 0 else pred
 
 
 @njit(inline="always")
@@ -193,11 +205,12 @@ def _count(first, step, hi):
 #: axis 2 (arrays ``mem0 = n1 * n2`` and ``n2`` apart on axes 0 and 1); the pass predicts along
 #: ``axis`` at stride ``s`` (neighbours ``d1`` apart in memory), an axis of ``n_axis`` points in
 #: the whole grid whose index ``ioff`` is the arrays' first; interpolation (``cub``) and
-#: quantizer (``eb``, ``inv_bin``, ``bin_width``) of its step; for a pass along axis 2, the
-#: points ``k`` in ``[e_lo, e_hi)`` of every row are interior (the others near an edge).
+#: quantizer (``eb``, ``inv_bin``, ``bin_width``, the window ``win`` of a residual layer, 0 for
+#: none) of its step; for a pass along axis 2, the points ``k`` in ``[e_lo, e_hi)`` of every row
+#: are interior (the others near an edge).
 _Rows = namedtuple("_Rows",
                    "nb c1 c2 f0 f1 f2 steps0 steps1 st2 mem0 n2 axis s n_axis ioff d1 cub eb inv_bin bin_width "
-                   "e_lo e_hi")
+                   "win e_lo e_hi")
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -207,7 +220,9 @@ def _sweep(mode, x, codes, orig, missing, shape, table, bounds, cubic, geo):
     ``table[p]`` = ``axis, stride, start0..2, step0..2, lo0..2, hi0..2, step id, by_slab,
     axes`` of pass ``p`` (``axes``: the bit mask of the axes it predicts along), in the
     coordinates of the arrays (of internal shape ``shape``);
-    ``bounds[p]`` its error bound and ``cubic[p]`` its interpolation. ``geo`` (int64, 6)
+    ``bounds[p]`` its error bound and window (float64 ``(n, 2)``: the window of a residual
+    layer's codes, 0 for none; :func:`strata.lossy.quantize.quantize_window`) and ``cubic[p]``
+    its interpolation. ``geo`` (int64, 6)
     places the arrays in the whole grid, for the edge rules: per axis the grid index of their
     first point, then the whole grid's size (``0, 0, 0, shape`` for whole arrays; a window of
     a region read, :class:`strata.lossy.window.Window`, holds a box of one level's grid).
@@ -390,7 +405,7 @@ def _pass_rows(shape, table, bounds, cubic, geo, p, ax_s, a, b):
     c0 = _count(f0, steps0, hi0)
     c1 = _count(f1, steps1, hi1)
     c2 = _count(f2, st2, hi2)
-    eb = bounds[p]
+    eb, win = bounds[p, 0], bounds[p, 1]
     nb = (c2 + _BLOCK - 1) // _BLOCK
     # along axis 2: points k (of a row) in [e_lo, e_hi) have the whole stencil inside the grid
     g2 = geo[2] + f2  # (index of a row's first point in the whole grid)
@@ -399,7 +414,7 @@ def _pass_rows(shape, table, bounds, cubic, geo, p, ax_s, a, b):
     e_hi = -((g2 + reach - geo[5]) // st2)
     rows = _Rows(nb, c1, c2, f0, f1, f2, steps0, steps1, st2, mem0, n2, axis, s, geo[3 + axis], geo[axis],
                  s * (mem0 if axis == 0 else (n2 if axis == 1 else 1)), cubic[p], eb,
-                 0.5 / eb if eb > 0 else 0.0, 2.0 * eb, e_lo, e_hi)
+                 0.5 / eb if eb > 0 else 0.0, 2.0 * eb, win, e_lo, e_hi)
     return rows, c0 * c1 * nb
 
 
@@ -411,8 +426,8 @@ def _row(mode, x, codes, orig, missing, bx, bc, g, i0, i1, k0, k1):
 
     Cubic and linear points at most ``_MAX_LANE_STEP`` apart spanning at least ``_VECTOR``
     memory indices run over the contiguous memory between them (:func:`_lanes`), which
-    numba/LLVM vectorizes; the others (and a zero bound, whose quantizer compares signs) point
-    by point (:func:`_scalar`)."""
+    numba/LLVM vectorizes; the others (and a zero bound, whose quantizer compares signs, and a
+    residual layer's windowed codes) point by point (:func:`_scalar`)."""
     row = i0 * g.mem0 + i1 * g.n2 + g.f2
     s, st2 = g.s, g.st2
     if missing.shape[0] > 0:
@@ -431,7 +446,7 @@ def _row(mode, x, codes, orig, missing, bx, bc, g, i0, i1, k0, k1):
         rule = _CUBIC if g.cub else _LINEAR
     lanes = (c_hi - c_lo - 1) * st2 + 1
     vector = ((rule == _CUBIC or rule == _LINEAR) and st2 <= _MAX_LANE_STEP and lanes >= _VECTOR
-              and (mode != 0 or g.eb > 0))
+              and (mode != 0 or g.eb > 0) and g.win == 0)
     # point by point: the edges (each point its own rule) and an interior that is not vectorized
     for lo, hi, r in ((k0, c_lo, -1), (c_lo, c_hi, -2 if vector else rule), (c_hi, k1, -1)):
         if hi > lo and r != -2:
@@ -461,7 +476,7 @@ def _scalar(mode, x, codes, orig, missing, g, row, i0, i1, k0, k1, rule):
                 r = _rule(i, g.n_axis, s, g.cub)
                 if mode == 2 and r == _EXTRAP_QUAD:
                     r = _EXTRAP_LINEAR
-        _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), g.eb, g.inv_bin, g.bin_width)
+        _point(mode, x, codes, orig, idx, _apply(x, idx, u1, r), g.eb, g.inv_bin, g.bin_width, g.win)
 
 
 @njit(nogil=True, _nrt=False)
@@ -559,8 +574,8 @@ def _along(x, j, d1, cubic):
     return 0.5 * (np.float64(x[j - d1]) + np.float64(x[j + d1]))
 
 
-def pass_table(plan, bounds, cubic, part=None, key=None, rows=None):
-    """Arrays for the pass runners: one row per pass, with its bound and interpolation.
+def pass_table(plan, bounds, cubic, part=None, key=None, rows=None, window: float = 0.0):
+    """Arrays for the pass runners: one row per pass, with its bound, window and interpolation.
 
     Args:
         plan: ``{step index: [Pass, ...]}``, run in increasing step order.
@@ -570,10 +585,12 @@ def pass_table(plan, bounds, cubic, part=None, key=None, rows=None):
         part: the partition; with ``key``, the geometry rows are memoized in ``part.cache``.
         rows: the passes' geometry rows when the caller has them (a region read's window:
             :meth:`strata.lossy.window.Window.rows`), else computed (:func:`geometry_rows`).
+        window: the window of a residual layer's codes (:attr:`strata.lossy.plan.Plan.window`).
 
     Returns:
-        ``(rows, bounds, cubic, points)``, ``points`` about the number of points the passes
-        visit (it picks the serial or the parallel runner).
+        ``(rows, bounds, cubic, points)``, ``bounds`` each pass's bound and window (float64
+        ``(n, 2)``), ``points`` about the number of points the passes visit (it picks the
+        serial or the parallel runner).
     """
     if rows is not None:
         points = count_points(rows)
@@ -585,7 +602,7 @@ def pass_table(plan, bounds, cubic, part=None, key=None, rows=None):
         points = count_points(rows)
         if part is not None and key is not None:
             part.cache[key] = rows, points
-    return (rows, *step_arrays(plan, bounds, cubic), points)
+    return (rows, *step_arrays(plan, bounds, cubic, window), points)
 
 
 def count_points(rows) -> int:
@@ -593,11 +610,12 @@ def count_points(rows) -> int:
     return int((np.maximum(rows[:, 11:14] - rows[:, 8:11], 0) // rows[:, 5:8] + 1).prod(axis=1).sum())
 
 
-def step_arrays(plan, bounds, cubic):
-    """Per pass of ``plan`` (in step order): its step's error bound and interpolation."""
+def step_arrays(plan, bounds, cubic, window: float = 0.0):
+    """Per pass of ``plan`` (in step order): its step's error bound and the window (float64
+    ``(n, 2)``), and its interpolation."""
     steps = sorted(plan)
     counts = [len(plan[i]) for i in steps]
-    eb = np.repeat(np.array([bounds[i] for i in steps], dtype=np.float64), counts)
+    eb = np.repeat(np.array([(bounds[i], window) for i in steps], dtype=np.float64).reshape(-1, 2), counts, axis=0)
     cub = np.repeat(np.array([bool(cubic(i)) for i in steps], dtype=np.bool_), counts)
     return eb, cub
 

@@ -62,7 +62,7 @@ GROUPS = True
 def _sweep(mode, x, codes, orig, missing, shape, rows, bounds, cubic, geo):
     """Run the groups of ``rows`` (:func:`strata.lossy.predictors.interpolation.geometry_rows`:
     ``axes``, column 16, is the group's bit mask of axes) step by step. mode 0: encode, 1:
-    decode, 2: preview; ``bounds[p]``, ``cubic[p]``: the bound and interpolation of group
+    decode, 2: preview; ``bounds[p]``, ``cubic[p]``: the bound and window, and interpolation of group
     ``p``; ``geo``: where the arrays lie in the whole grid (``origin0..2, grid0..2``).
 
     A step runs in two phases, slab by slab along the slab axis (the first of axes 0 and 1
@@ -131,8 +131,8 @@ def _slab(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, rows, bounds, cubi
     f0, f1 = _first(rows[p, 2], rows[p, 5], lo0), _first(rows[p, 3], rows[p, 6], lo1)
     f2 = _first(rows[p, 4], rows[p, 7], rows[p, 10])
     c0, c1, c2 = _count(f0, rows[p, 5], hi0), _count(f1, rows[p, 6], hi1), _count(f2, rows[p, 7], rows[p, 13])
-    eb = bounds[p]
-    line = (rows[p, 16], rows[p, 1], cubic[p], eb, 0.5 / eb if eb > 0 else 0.0, 2.0 * eb)
+    eb = bounds[p, 0]
+    line = (rows[p, 16], rows[p, 1], cubic[p], eb, 0.5 / eb if eb > 0 else 0.0, 2.0 * eb, bounds[p, 1])
     for r0 in range(c0):
         for r1 in range(c1):
             _line(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, f0 + r0 * rows[p, 5], f1 + r1 * rows[p, 6],
@@ -142,7 +142,8 @@ def _slab(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, rows, bounds, cubi
 @njit(inline="always")
 def _line(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, i0, i1, f2, st2, c2):
     """The ``c2`` points ``st2`` apart from ``f2`` of row ``(i0, i1)`` of a group ``line = (axes,
-    stride, cubic, eb, inv_bin, bin_width)``. Without a mask the rules along axes 0 and 1 are
+    stride, cubic, eb, inv_bin, bin_width, win)`` (``win``: a residual layer's window, whose
+    codes run point by point). Without a mask the rules along axes 0 and 1 are
     the row's, and along axis 2 the interior one between the edges: chosen once, not per point."""
     axes, s, cub, eb = line[0], line[1], line[2], line[3]
     row = (i0 * n1 + i1) * n2
@@ -163,7 +164,7 @@ def _line(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, i0, i1, f2, 
     # (encoding vectorizes cubic steps only: see _lanes_literal)
     vector = (not masked and (mode == 1 or mode == 0 and cub) and (r0 == _NONE or r0 == interior)
               and (r1 == _NONE or r1 == interior) and st2 <= _MAX_LANE_STEP and lanes >= _VECTOR
-              and (mode != 0 or eb > 0))
+              and (mode != 0 or eb > 0) and line[6] == 0)
     if vector:
         # every axis interior: over the contiguous memory between the points (vectorized)
         # the distances along the group's axes, in increasing axis order
@@ -266,7 +267,8 @@ def _predict_point(mode, x, codes, orig, missing, idx, rules, pos, d, geo, line)
         sums = _add_rule(x, idx, d[1], rules[1], sums)
         sums = _add_rule(x, idx, d[2], rules[2], sums)
     two_sided, n_two, one_sided, n_one = sums
-    _point(mode, x, codes, orig, idx, two_sided / n_two if n_two else one_sided / n_one, line[3], line[4], line[5])
+    _point(mode, x, codes, orig, idx, two_sided / n_two if n_two else one_sided / n_one, line[3], line[4], line[5],
+           line[6])
 
 
 @njit(inline="always")

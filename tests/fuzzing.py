@@ -345,7 +345,7 @@ def parse_lossy(blob: bytes) -> G:
     metadata_len = 0
     vrange = None
     enhance_len = target_len = 0
-    lattice = predictors = None
+    lattice = predictors = window = None
     if flags is not None:
         if flags & 1:
             missing_count, fill, origin = r.varint(), r.take(itemsize), r.f64()
@@ -362,6 +362,8 @@ def parse_lossy(blob: bytes) -> G:
             lattice = (r.f64(), r.f64(), r.varint())
         if flags & 64:
             predictors = r.take(r.varint())
+        if flags & 128:
+            window = r.f64()
     if r.pos != len(hbytes):
         raise ValueError("header has trailing bytes")
 
@@ -479,6 +481,8 @@ def parse_lossy(blob: bytes) -> G:
         if flags & 64:
             ids = F("bytes", predictors, E + "step predictors")
             ext += [F("varint", len(predictors), E + "step predictor count", auto=lambda: len(ser(ids))), ids]
+        if flags & 128:
+            ext.append(F("f64", window, E + "window"))
         hf.append(G(ext, E + "fields"))
     header = G(hf, "header")
     trailing = G([target, enhancement], "stream: trailing sections")

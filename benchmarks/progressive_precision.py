@@ -14,28 +14,33 @@ relative to it, absolute ``e * vr``):
    value must be within ``e * vr`` (float64), every missing value (and infinity) must come back with its original
    bits.
 3. **Decode time** at :data:`TIME_TARGETS`: ``strata.decompress(layered, error_bound=e * vr)`` against
-   ``strata.decompress(dedicated at e)``, medians of ``--repeats`` interleaved runs, on ``numba.get_num_threads()``
-   threads.
+   ``strata.decompress(dedicated at e)``, medians of ``--repeats`` interleaved runs (a run of a read under 20 ms
+   repeats it for about 20 ms: the time per read), on ``numba.get_num_threads()`` threads.
 4. **Box reads** at :data:`BOX_TARGETS`: a centred box a quarter of each axis of length >= 8 (the whole axis
    otherwise); bytes (``bytes_for(error_bound=e * vr, region=box)``, checked against a real read) against the
    dedicated stream's ``LossyReader.bytes_for(region=box)`` (also checked), and decode time (medians, interleaved).
    The box read must equal the same box of the whole read bit for bit.
 5. **Refinement**: ``g = retrieve(error_bound=1e-2 * vr)`` then ``refine(g, error_bound=1e-4 * vr)`` through a
    fresh ``Source``: the bytes the refine fetched against the difference of ``bytes_for`` at the two bounds; its
-   values must equal a read at 1e-4 bit for bit; its time against a direct read at 1e-4 (single runs).
+   values must equal a read at 1e-4 bit for bit; its time against a direct read at 1e-4 (as in 3).
 
 SZ3 (``pysz``, absolute bound, its default algorithm) and SPERR (``numcodecs_wasm_sperr``, point-wise error mode) get
 the data with the missing values replaced by the mean of the valid ones (as ``../shared/bench/zoo_eval.py`` does);
 only their sizes are measured. Reported: geomeans over the fields (and the worst field) of each ratio, and a table per
 field. Writes ``progressive_precision.{json,md}`` to ``--out`` (atomically); exit status 1 if any check fails::
 
-    .venv/bin/python benchmarks/progressive_precision.py [--fields era5_t2m cosmo] [--out DIR] [--repeats 3]
+    .venv/bin/python benchmarks/progressive_precision.py [--fields era5_t2m cosmo] [--out DIR] [--repeats 3] \\
+        [--threads N]
+
+On a machine shared with other work, ``--threads 1`` keeps the times steadier: a parallel kernel whose second thread
+is descheduled waits a scheduler time slice (milliseconds, more than a whole read of a small field takes).
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import json
+import math
 import statistics
 import sys
 import time
@@ -93,15 +98,22 @@ def centred_box(shape) -> tuple[slice, ...]:
     return tuple(out)
 
 
-def interleaved(fns, repeats: int) -> list[float]:
-    """Median wall time of each of ``fns``, run in turn ``repeats`` times."""
-    times = [[] for _ in fns]
+def interleaved(fns, repeats: int, batch_s: float = 0.02) -> list[float]:
+    """Median wall time of a call of each of ``fns``, run in turn ``repeats`` times; a run of a call that takes under
+    ``batch_s`` repeats it until it takes about that long (the time per call), so that millisecond reads on a shared
+    machine are not one scheduler hiccup away from a tenfold outlier."""
+    times, calls = [[] for _ in fns], []
+    for fn in fns:  # (untimed: warms caches, sizes the batch)
+        t0 = time.perf_counter()
+        fn()
+        calls.append(max(1, math.ceil(batch_s / max(time.perf_counter() - t0, 1e-6))))
     for _ in range(repeats):
         for i, fn in enumerate(fns):
             gc.collect()
             t0 = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - t0)
+            for _ in range(calls[i]):
+                fn()
+            times[i].append((time.perf_counter() - t0) / calls[i])
     return [statistics.median(t) for t in times]
 
 
@@ -237,24 +249,19 @@ def field_rows(path: Path, repeats: int, check: Checks) -> dict:
     lo, hi = (e * vr for e in REFINE)
     src = Source(blob)
     rr = LayeredReader(src)
-    t0 = time.perf_counter()
     g = rr.retrieve(error_bound=lo)
-    t1 = time.perf_counter()
     b1 = src.bytes_read
     g2 = rr.refine(g, error_bound=hi)
-    t2 = time.perf_counter()
     fetched = src.bytes_read - b1
     want = r.bytes_for(error_bound=hi) - r.bytes_for(error_bound=lo)
     check(fetched == want, name, f"refine {REFINE[0]:g} -> {REFINE[1]:g} bytes", bytes_fetched=fetched,
           bytes_for_difference=want)
     direct = r.read(error_bound=hi)
-    check(same_bits(g2.values, direct), name, f"refine {REFINE[0]:g} -> {REFINE[1]:g} equals read at {REFINE[1]:g}")
-    t0d = time.perf_counter()
-    r.read(error_bound=hi)
-    td = time.perf_counter() - t0d
-    out["refine"] = {"bytes_fetched": fetched, "bytes_for_difference": want, "retrieve_s": t1 - t0,
-                     "refine_s": t2 - t1, "direct_read_s": td, "time_ratio": (t2 - t1) / td,
-                     "bit_identical": same_bits(g2.values, direct)}
+    ident = same_bits(g2.values, direct)
+    check(ident, name, f"refine {REFINE[0]:g} -> {REFINE[1]:g} equals read at {REFINE[1]:g}")
+    tr, td = interleaved([lambda: rr.refine(g, error_bound=hi), lambda: r.read(error_bound=hi)], repeats)
+    out["refine"] = {"bytes_fetched": fetched, "bytes_for_difference": want, "refine_s": tr, "direct_read_s": td,
+                     "time_ratio": tr / td, "bit_identical": ident}
     r.close()
     return out
 
@@ -272,10 +279,14 @@ def _worst(fields: dict, key) -> str:
 def render(report: dict) -> str:
     F = report["fields"]
     n = len(F)
-    lines = [f"Precision layers (`progressive=\"precision\"`, `rel_error=1e-6`, default layers 1e-2 .. 1e-6) against "
-             f"dedicated streams. Machine: {report['machine']}; strata on {report['threads']} numba threads; medians "
-             f"of {report['repeats']} interleaved runs; {n} fields of sci + zoo. Bounds relative to the value range "
-             "of the valid values. Ratios: geomean over the fields (worst field).", "",
+    ver = report["version"]
+    if report["version_end"] != ver:
+        ver += f" when the run started and loaded it (by its end: {report['version_end']})"
+    lines = [f"Machine: {report['machine']}; strata on {report['threads']} numba threads; {ver}.", "",
+             "Precision layers (`progressive=\"precision\"`, `rel_error=1e-6`, default layers 1e-2 .. 1e-6) against "
+             f"dedicated streams on {n} fields of sci + zoo. Times: medians of {report['repeats']} interleaved runs "
+             "(a read under 20 ms repeated for about 20 ms a run). Bounds relative to the value range of the valid "
+             "values. Ratios: geomean over the fields (worst field).", "",
              f"Checks: {report['checks']} run, {len(report['failures'])} failed"
              + (" (see *Failures*)." if report["failures"] else
                 " (every read within its bound, missing values bit for bit, bytes fetched = `bytes_for`, box reads "
@@ -328,7 +339,7 @@ def render(report: dict) -> str:
     lines += ["", "## Refinement 1e-2 -> 1e-4", "",
               f"`refine(retrieve(1e-2), 1e-4)` fetched exactly `bytes_for(1e-4) - bytes_for(1e-2)` on {same} of {n} "
               f"fields and equalled `read(1e-4)` bit for bit on {ident} of {n}; refine time over a direct read at "
-              f"1e-4 (single runs): {_g(r['time_ratio'] for r in ref.values())}.", "",
+              f"1e-4: {_g(r['time_ratio'] for r in ref.values())}.", "",
               "## Per field", "",
               "Finest: the layered stream's size over the dedicated streams' at 1e-6 (strata, SZ3, SPERR). Then the "
               "layered read's bytes over the dedicated strata stream's at each target; decode time ratio at 1e-4; box "
@@ -354,6 +365,20 @@ PUBLISHED = ("None found: `../shared/research` names IPComp (arXiv 2502.04093) a
              "(01-streaming-compressor-stz.md), with no sizes, ratios or timings to compare with.")
 
 
+def version() -> str:
+    """The strata source measured: its commit, and whether ``src`` differs from it."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"strata {strata.__version__}" if hasattr(strata, "__version__") else "strata (version unknown)"
+    return f"strata at commit {head}" + (" with uncommitted changes in src" if dirty else "")
+
+
 def warm_up() -> None:
     """Compile strata's kernels (both dtypes, layers, regions) before timing anything."""
     for dt in (np.float32, np.float64):
@@ -369,7 +394,10 @@ def main(argv=None) -> int:
     ap.add_argument("--fields", nargs="*", help="field name prefixes (default: every field of sci and zoo)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, help="strata's numba threads (default: numba's)")
     args = ap.parse_args(argv)
+    if args.threads:
+        numba.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     paths = sorted(p for folder in ("sci", "zoo") for suffix in ("f32", "f64")
                    for p in (DATA / folder).glob(f"*_*x*.{suffix}")
@@ -381,9 +409,9 @@ def main(argv=None) -> int:
     threads = numba.get_num_threads()
     print(f"machine: {machine()}; strata threads: {threads}; {len(paths)} fields", flush=True)
     check = Checks()
-    report = {"machine": machine(), "threads": threads, "repeats": args.repeats, "finest": FINEST,
-              "targets": TARGETS, "time_targets": TIME_TARGETS, "box_targets": BOX_TARGETS, "refine": REFINE,
-              "fields": {}}
+    report = {"machine": machine(), "version": version(), "threads": threads, "repeats": args.repeats,
+              "finest": FINEST, "targets": TARGETS, "time_targets": TIME_TARGETS, "box_targets": BOX_TARGETS,
+              "refine": REFINE, "fields": {}}
     t_all = time.perf_counter()
     for path in paths:
         t0 = time.perf_counter()
@@ -395,6 +423,7 @@ def main(argv=None) -> int:
               + f"  time 1e-4 {f['decode']['0.0001']['ratio']:.2f}  box 1e-4 {f['box']['0.0001']['bytes_ratio']:.2f}"
               f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
     report["seconds"] = time.perf_counter() - t_all
+    report["version_end"] = version()
     report["checks"] = check.count
     report["failures"] = check.failures
     report["published"] = PUBLISHED

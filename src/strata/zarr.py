@@ -193,21 +193,27 @@ class ErrorBoundStore(WrapperStore):
 
     @property
     def read_only(self) -> bool:
+        """Always True: a view for reading."""
         return True
 
     def _check_writable(self) -> None:
         raise InvalidInputError("an ErrorBoundStore is a read-only view of a store")
 
     async def set(self, key, value) -> None:
+        """Refused (:class:`strata.errors.InvalidInputError`): a view for reading."""
         self._check_writable()
 
     async def set_if_not_exists(self, key, value) -> None:
+        """Refused (:class:`strata.errors.InvalidInputError`): a view for reading."""
         self._check_writable()
 
     async def delete(self, key) -> None:
+        """Refused (:class:`strata.errors.InvalidInputError`): a view for reading."""
         self._check_writable()
 
     async def get(self, key, prototype, byte_range=None):
+        """The wrapped store's value of ``key``; a metadata document (:data:`METADATA_KEYS`) with
+        ``read_error_bound`` added to its strata codec configurations."""
         buf = await self._store.get(key, prototype, byte_range)
         if buf is None or byte_range is not None or key.rsplit("/", 1)[-1] not in METADATA_KEYS:
             return buf

@@ -566,6 +566,16 @@ def _enhancement_section(b: bytes) -> G:
     return G([body, F("u32", 0, _E + "CRC", auto=lambda: crc(body))], "enhancement section")
 
 
+def _embedded(blob: bytes, off: int, lengths: list[int], cat: str) -> G:
+    """The lossy streams of ``lengths`` bytes each from ``off`` to the end of ``blob``, each
+    parsed by :func:`parse_lossy`: the group ``cat + ": stream list"``."""
+    s = _Bytes(blob, off)
+    streams = G([parse_lossy(s.take(length)) for length in lengths], f"{cat}: stream list", seq=True)
+    if s.pos != len(blob):
+        raise ValueError(f"trailing bytes after the streams of {cat}")
+    return streams
+
+
 def parse_fields(blob: bytes) -> G:
     """The field tree of a field set (``docs/format.md`` section 8): ``root.items`` are the
     preamble, the header (field count, per field its name and stream length), the header CRC,
@@ -576,10 +586,7 @@ def parse_fields(blob: bytes) -> G:
     raw_entries = [(r.take(r.varint()), r.varint()) for _ in range(n)]
     if r.pos != len(hbytes):
         raise ValueError("field-set header has trailing bytes")
-    s = _Bytes(blob, off)
-    streams = G([parse_lossy(s.take(length)) for _, length in raw_entries], "fields: stream list", seq=True)
-    if s.pos != len(blob):
-        raise ValueError("trailing bytes after the field set")
+    streams = _embedded(blob, off, [length for _, length in raw_entries], "fields")
     entries = G(cat="fields: entry list", seq=True)
     for i, (name, _) in enumerate(raw_entries):
         f_name = F("bytes", name, "fields: name")
@@ -603,10 +610,7 @@ def parse_layers(blob: bytes) -> G:
                                                                          "layers: lattice step")] if combine else []
     if r.pos != len(hbytes):
         raise ValueError("layered header has trailing bytes")
-    s = _Bytes(blob, off)
-    streams = G([parse_lossy(s.take(length)) for _, length in raw_entries], "layers: stream list", seq=True)
-    if s.pos != len(blob):
-        raise ValueError("trailing bytes after the layers")
+    streams = _embedded(blob, off, [length for _, length in raw_entries], "layers")
     entries = G(cat="layers: entry list", seq=True)
     for i, (bound, _) in enumerate(raw_entries):
         entries.items.append(G([F("f64", bound, "layers: bound"),
@@ -2155,24 +2159,16 @@ def run_decoder(case: Case, base: Base, workdir: Path, narrow: bool | None = Non
         return _misbehave(case.decoder)
     if base.kind in ("lossy", "fields", "layers"):
         narrow_codes(narrow_case(case.index) if narrow is None else narrow)
-    if base.kind == "layers":
+    if base.kind in ("layers", "fields"):
+        read = _read_layers if base.kind == "layers" else _read_fields
         if rng.random() < 0.2:  # from a file
             path = workdir / "case.strata"
             path.write_bytes(case.data)
             try:
-                return _read_layers(case, path, rng)
+                return read(case, path, rng)
             finally:
                 os.unlink(path)
-        return _read_layers(case, case.data, rng)
-    if base.kind == "fields":
-        if rng.random() < 0.2:  # from a file
-            path = workdir / "case.strata"
-            path.write_bytes(case.data)
-            try:
-                return _read_fields(case, path, rng)
-            finally:
-                os.unlink(path)
-        return _read_fields(case, case.data, rng)
+        return read(case, case.data, rng)
     if base.kind == "lossy":
         source = case.data
         roll = rng.random()

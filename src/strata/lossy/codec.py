@@ -52,6 +52,24 @@ def validate_array(array) -> np.ndarray:
     return a if a.flags.c_contiguous else a.copy(order="C")
 
 
+def prepare_input(array, mask=None, fill_value=None) -> tuple[np.ndarray, missing.Prepared]:
+    """``(a, prep)``: ``array`` as :func:`validate_array` gives it and its missing values found
+    (:func:`strata.lossy.missing.prepare`) from NaN, ``mask``, ``fill_value`` and a
+    ``numpy.ma.MaskedArray``'s mask, as :func:`compress` takes them.
+
+    Raises:
+        InvalidInputError, UnsupportedDtypeError: as :func:`compress`.
+    """
+    data, ma_mask = missing.split_masked(array)
+    a = validate_array(data)
+    miss = None  # (NaN only: prepare finds them, without a mask array when there are none)
+    if mask is not None or fill_value is not None or ma_mask is not None:
+        miss = missing.find(a, mask, fill_value)
+        if ma_mask is not None:
+            miss |= ma_mask.reshape(-1)
+    return a, missing.prepare(a, miss)
+
+
 def absolute_bound(valid_range, abs_error, rel_error) -> tuple[int, float, float]:
     """``(mode, requested value, absolute bound)`` from exactly one of the two bounds.
 
@@ -129,14 +147,7 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     check_objective(objective)
     if not (math.isfinite(window) and window >= 0):
         raise InvalidInputError(f"window must be finite and >= 0, got {window}")
-    data, ma_mask = missing.split_masked(array)
-    a = validate_array(data)
-    miss = None  # (NaN only: prepare finds them, without a mask array when there are none)
-    if mask is not None or fill_value is not None or ma_mask is not None:
-        miss = missing.find(a, mask, fill_value)
-        if ma_mask is not None:
-            miss |= ma_mask.reshape(-1)
-    prep = missing.prepare(a, miss)
+    a, prep = prepare_input(array, mask, fill_value)
     mode, value, eb = absolute_bound(prep.valid_range, abs_error, rel_error)
     metadata_section = meta.section(metadata)
     on = lattice.choose(a.reshape(-1), prep.missing, eb, prep.valid_range) if not window else None

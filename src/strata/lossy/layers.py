@@ -35,8 +35,7 @@ import numpy as np
 
 from ..container import KIND_LAYERS, PREAMBLE_BYTES, Reader, Source, Writer, pack, stream_kind, unpack_header
 from ..errors import CorruptStreamError, InvalidInputError
-from . import missing
-from .codec import absolute_bound, compress, validate_array
+from .codec import absolute_bound, compress, prepare_input
 from .predictors import lattice
 from .reader import LossyReader
 
@@ -128,15 +127,8 @@ def compress_layers(array, *, abs_error=None, rel_error=None, layers=None, mask=
             (:func:`layer_bounds`).
         UnsupportedDtypeError: ``array`` is not float32/float64.
     """
-    data, ma_mask = missing.split_masked(array)
-    a = validate_array(data)
-    miss = None
-    if mask is not None or fill_value is not None or ma_mask is not None:
-        miss = missing.find(a, mask, fill_value)
-        if ma_mask is not None:
-            miss |= ma_mask.reshape(-1)
-    prep = missing.prepare(a, miss)
-    mode, value, finest = absolute_bound(prep.valid_range, abs_error, rel_error)
+    a, prep = prepare_input(array, mask, fill_value)
+    _, _, finest = absolute_bound(prep.valid_range, abs_error, rel_error)
     vrange = prep.valid_range[1] - prep.valid_range[0] if prep.valid_range is not None else 0.0
     bounds = layer_bounds(finest, vrange, layers, relative=rel_error is not None)
     if a.size == 0 or prep.valid_range is None:

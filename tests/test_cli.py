@@ -477,3 +477,44 @@ def test_objective_psnr_from_the_command_line(tmp_path):
     res = CliRunner().invoke(main, ["compress", str(src), "--target-psnr", "60", "--objective", "psnr",
                                     "-o", str(tmp_path / "t.strata")])
     assert res.exit_code == 2 and "--objective" in res.output
+
+
+# ------------------------------------------------------------------ issue 39: precision layers
+def test_precision_layers_from_the_command_line(tmp_path):
+    """A newcomer's session: compress a raw field with a fill value into precision layers, look
+    at the layers, read it at a coarse bound (whole, a region, a level's grid), at a bound finer
+    than the stream holds (a clean error), and a plain stream at its own bound."""
+    a = field()
+    a[2, :5, :5] = np.float32(-999.0)
+    src = tmp_path / "t_12x30x40.f32"
+    a.tofile(src)
+    valid = a != np.float32(-999.0)
+    vr = float(a[valid].max() - a[valid].min())
+    res = invoke("compress", src, "--rel", "1e-5", "--fill-value", "-999", "--progressive", "precision",
+                 "--layers", "1e-1,1e-3", "-o", tmp_path / "t.strata")
+    assert res.exit_code == 0 and "3 precision layers" in res.output, res.output
+    res = invoke("info", tmp_path / "t.strata")
+    assert res.exit_code == 0 and "3 precision layers" in res.output and "bytes read to it" in res.output
+    assert "0.1 " in res.output and "0.001 " in res.output, res.output
+    coarse = 0.1 * vr
+    res = invoke("extract", tmp_path / "t.strata", "-o", tmp_path / "c.npy", "--error-bound", coarse)
+    assert res.exit_code == 0, res.output
+    c = np.load(tmp_path / "c.npy")
+    assert np.abs(c[valid].astype(np.float64) - a[valid]).max() <= coarse and np.all(c[~valid] == -999.0)
+    assert np.abs(c[valid].astype(np.float64) - a[valid]).max() > 1e-3 * vr      # (the first layer alone)
+    res = invoke("extract", tmp_path / "t.strata", "-o", tmp_path / "r.npy", "--error-bound", 1e-3 * vr,
+                 "--region", "2:9,:,4")
+    assert res.exit_code == 0 and np.abs(np.load(tmp_path / "r.npy") - a[2:9, :, 4])[valid[2:9, :, 4]].max() \
+        <= 1e-3 * vr
+    res = invoke("extract", tmp_path / "t.strata", "-o", tmp_path / "g.npy", "--level", "1", "--grid",
+                 "--error-bound", coarse)
+    assert res.exit_code == 0 and np.load(tmp_path / "g.npy").ndim == 3
+    res = invoke("decompress", tmp_path / "t.strata", "-o", tmp_path / "f.npy")
+    assert res.exit_code == 0 and np.abs(np.load(tmp_path / "f.npy") - a)[valid].max() <= 1e-5 * vr
+    res = invoke("decompress", tmp_path / "t.strata", "-o", tmp_path / "x.npy", "--error-bound", 1e-9)
+    assert res.exit_code != 0 and "finest bound" in res.output and not (tmp_path / "x.npy").exists()
+    res = invoke("compress", src, "--abs", "0.5", "-o", tmp_path / "p.strata")
+    res = invoke("decompress", tmp_path / "p.strata", "-o", tmp_path / "p.npy", "--error-bound", "2")
+    assert res.exit_code == 0
+    res = invoke("compress", src, "--abs", "0.5", "--layers", "1", "-o", tmp_path / "q.strata")
+    assert res.exit_code != 0 and "--progressive" in res.output

@@ -194,6 +194,18 @@ def dequantize_window(x, idx, codes, pred, inv_bin, bin_width, win):
         x[idx] = p + np.float64(q) * bin_width
 
 
+@njit(inline="always")
+def unfold_lane(pred, q, inv_bin, win):
+    """:func:`dequantize_window` without a branch, for loops that vectorize: ``(clamped
+    prediction, unfolded q)`` of a code's ``q = code - radius`` (float64, an integer); the same
+    values as the point-by-point decoder's (integers exact in float64)."""
+    p = window_clamp(pred, win)
+    a, b = _window_sides(p, win, inv_bin)
+    m = min(a, b)
+    z = select(q > 0, 2.0 * q - 1.0, -2.0 * q)
+    return p, select(z <= 2.0 * m, q, select(b > a, z - m, m - z))
+
+
 def quantize_reference(values: np.ndarray, preds: np.ndarray, eb: float):
     """NumPy reference of :func:`quantize_into` for whole arrays.
 

@@ -49,6 +49,7 @@ from ..quantize import (
     quantize_lane,
     quantize_window,
     select,
+    unfold_lane,
     window_clamp,
 )
 
@@ -427,7 +428,7 @@ def _row(mode, x, codes, orig, missing, bx, bc, g, i0, i1, k0, k1):
     Cubic and linear points at most ``_MAX_LANE_STEP`` apart spanning at least ``_VECTOR``
     memory indices run over the contiguous memory between them (:func:`_lanes`), which
     numba/LLVM vectorizes; the others (and a zero bound, whose quantizer compares signs, and a
-    residual layer's windowed codes) point by point (:func:`_scalar`)."""
+    residual layer's windowed codes but to decode them) point by point (:func:`_scalar`)."""
     row = i0 * g.mem0 + i1 * g.n2 + g.f2
     s, st2 = g.s, g.st2
     if missing.shape[0] > 0:
@@ -446,7 +447,7 @@ def _row(mode, x, codes, orig, missing, bx, bc, g, i0, i1, k0, k1):
         rule = _CUBIC if g.cub else _LINEAR
     lanes = (c_hi - c_lo - 1) * st2 + 1
     vector = ((rule == _CUBIC or rule == _LINEAR) and st2 <= _MAX_LANE_STEP and lanes >= _VECTOR
-              and (mode != 0 or g.eb > 0) and g.win == 0)
+              and (mode != 0 or g.eb > 0) and (g.win == 0 or mode == 1))
     # point by point: the edges (each point its own rule) and an interior that is not vectorized
     for lo, hi, r in ((k0, c_lo, -1), (c_lo, c_hi, -2 if vector else rule), (c_hi, k1, -1)):
         if hi > lo and r != -2:
@@ -454,9 +455,10 @@ def _row(mode, x, codes, orig, missing, bx, bc, g, i0, i1, k0, k1):
     if vector:
         start = row + c_lo * st2
         if rule == _CUBIC:
-            _cubic_lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, g.d1, g.eb, g.inv_bin, g.bin_width)
+            _cubic_lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, g.d1, g.eb, g.inv_bin, g.bin_width, g.win)
         else:
-            _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, g.d1, False, g.eb, g.inv_bin, g.bin_width, 0, 0, 0)
+            _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, g.d1, False, g.eb, g.inv_bin, g.bin_width, 0, 0, 0,
+                   g.win)
 
 
 @njit(inline="always")
@@ -480,7 +482,7 @@ def _scalar(mode, x, codes, orig, missing, g, row, i0, i1, k0, k1, rule):
 
 
 @njit(nogil=True, _nrt=False)
-def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_bin, bin_width, n_axes, d2, d3):
+def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_bin, bin_width, n_axes, d2, d3, win):
     """Cubic (or linear) points ``start + k * st2`` (``st2`` a power of 2, neighbours ``d1``
     apart; with ``n_axes`` 1, 2 or 3, the cubic mean along that many axes of neighbours ``d1``,
     ``d2``, ``d3`` apart, a group of :mod:`strata.lossy.predictors.multidim`; ``n_axes`` is a
@@ -492,7 +494,8 @@ def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_b
     between points belong to other passes, which no thread runs meanwhile, and their loads read
     only what the points' loads read. The last ``_VECTOR`` lanes of a chunk run as one vector,
     again where they overlap the others, instead of a scalar remainder. Decoding with the cubic
-    rule runs it inlined into the row (:func:`_cubic_lanes`)."""
+    rule runs it inlined into the row (:func:`_cubic_lanes`). ``win``: a residual layer's window
+    (decoding only; 0 for none)."""
     u1, u2, u3 = np.uint64(d1), np.uint64(d2), np.uint64(d3)
     n_chunks = (lanes + _CHUNK - 1) // _CHUNK
     for c in range(n_chunks):
@@ -502,11 +505,11 @@ def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_b
         first = np.uint64(c0)
         for t in range(n & ~np.uint64(_VECTOR - 1)):
             _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, (u1, u2, u3), n_axes, cubic, eb, inv_bin,
-                  bin_width)
+                  bin_width, win)
         tail = n - np.uint64(_VECTOR)
         for v in range(np.uint64(_VECTOR)):
             _lane(mode, x, codes, orig, bx, bc, base, first, tail + v, st2, (u1, u2, u3), n_axes, cubic, eb, inv_bin,
-                  bin_width)
+                  bin_width, win)
         for t in range(n):
             x[base + t] = bx[t]
         if mode == 0:
@@ -518,7 +521,7 @@ def _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, cubic, eb, inv_b
 _lanes_inlined = njit(inline="always")(_lanes.py_func)
 
 
-def _cubic_lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, eb, inv_bin, bin_width):
+def _cubic_lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, eb, inv_bin, bin_width, win):
     """:func:`_lanes` with the cubic rule, inlined into its row (:func:`_row`) to decode: as a call
     of its own (fifteen arguments, once a row), era5_t2m's finest-level decoding passes (rows of
     49 points) took 2.7 ms on one thread instead of 2.05. Encoding, previews and the linear rule
@@ -528,20 +531,22 @@ def _cubic_lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, eb, inv_bi
 
 
 @overload(_cubic_lanes, inline="always", prefer_literal=True)
-def _cubic_lanes_compiled(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, eb, inv_bin, bin_width):
+def _cubic_lanes_compiled(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, eb, inv_bin, bin_width, win):
     lanes_fn = _lanes_inlined if isinstance(mode, types.IntegerLiteral) and mode.literal_value == 1 else _lanes
 
-    def impl(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, eb, inv_bin, bin_width):
-        lanes_fn(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, True, eb, inv_bin, bin_width, 0, 0, 0)
+    def impl(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, eb, inv_bin, bin_width, win):
+        lanes_fn(mode, x, codes, orig, bx, bc, start, lanes, st2, d1, True, eb, inv_bin, bin_width, 0, 0, 0, win)
 
     return impl
 
 
 @njit(inline="always")
-def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u, n_axes, cubic, eb, inv_bin, bin_width):
+def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u, n_axes, cubic, eb, inv_bin, bin_width, win):
     """Lane ``t`` of a chunk of :func:`_lanes` (memory index ``base + t``, lane ``first + t`` of
     the span: a point where that is a multiple of ``st2``) into ``bx[t]`` (and ``bc[t]``);
-    ``u``: the neighbours' distances, ``n_axes`` as in :func:`_lanes`."""
+    ``u``: the neighbours' distances, ``n_axes`` as in :func:`_lanes`; a residual layer's code
+    decoded in its window ``win`` (:func:`strata.lossy.quantize.dequantize_window`'s operations,
+    without a branch)."""
     j = base + t
     if n_axes > 0:
         # a group's mean, summed from +0.0 by increasing axis as multidim's points are
@@ -561,6 +566,8 @@ def _lane(mode, x, codes, orig, bx, bc, base, first, t, st2, u, n_axes, cubic, e
     elif mode == 1:
         c = codes[j]
         q = np.float64(np.int64(c) - code_radius(codes))
+        if win > 0:
+            pred, q = unfold_lane(pred, q, inv_bin, win)
         bx[t] = select(keep | (c == UNPREDICTABLE), x[j], x.dtype.type(pred + q * bin_width))
     else:
         bx[t] = select(keep, x[j], x.dtype.type(pred))

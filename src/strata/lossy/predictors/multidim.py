@@ -143,7 +143,7 @@ def _slab(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, rows, bounds, cubi
 def _line(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, i0, i1, f2, st2, c2):
     """The ``c2`` points ``st2`` apart from ``f2`` of row ``(i0, i1)`` of a group ``line = (axes,
     stride, cubic, eb, inv_bin, bin_width, win)`` (``win``: a residual layer's window, whose
-    codes run point by point). Without a mask the rules along axes 0 and 1 are
+    codes are encoded point by point). Without a mask the rules along axes 0 and 1 are
     the row's, and along axis 2 the interior one between the edges: chosen once, not per point."""
     axes, s, cub, eb = line[0], line[1], line[2], line[3]
     row = (i0 * n1 + i1) * n2
@@ -164,13 +164,13 @@ def _line(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, i0, i1, f2, 
     # (encoding vectorizes cubic steps only: see _lanes_literal)
     vector = (not masked and (mode == 1 or mode == 0 and cub) and (r0 == _NONE or r0 == interior)
               and (r1 == _NONE or r1 == interior) and st2 <= _MAX_LANE_STEP and lanes >= _VECTOR
-              and (mode != 0 or eb > 0) and line[6] == 0)
+              and (mode != 0 or eb > 0) and (line[6] == 0 or mode == 1))
     if vector:
         # every axis interior: over the contiguous memory between the points (vectorized)
         # the distances along the group's axes, in increasing axis order
         used = ((d[0] if axes & 1 else (d[1] if axes & 2 else d[2])), (d[1] if axes & 3 == 3 else d[2]), d[2])
         _lanes_literal(mode, (axes & 1) + (axes >> 1 & 1) + (axes >> 2 & 1), cub, x, codes, orig, bx, bc,
-                       row + f2 + k_lo * st2, lanes, st2, used, eb, line[4], line[5])
+                       row + f2 + k_lo * st2, lanes, st2, used, eb, line[4], line[5], line[6])
     # the points the lanes did not run, point by point (one call site: each inlined copy of the
     # rules compiles for seconds in every version of the kernels)
     k = 0
@@ -189,7 +189,7 @@ def _line(mode, x, codes, orig, missing, bx, bc, n1, n2, geo, line, i0, i1, f2, 
 _NONE = -1
 
 
-def _lanes_literal(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
+def _lanes_literal(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win):
     """:func:`strata.lossy.predictors.interpolation._lanes` of a group of ``n_axes`` axes (the
     cubic or the linear rule by ``cub``, neighbours ``d[0..n_axes)`` apart along them, in
     increasing axis order: each lane predicted with :func:`_predict_point`'s operations, so the
@@ -201,43 +201,44 @@ def _lanes_literal(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2,
     are linear, decoded in 1.9 times the time of dimension-by-dimension interpolation; with them
     1.2 times) and encodes point by point (three more loops made a fresh test suite compile for
     about a minute longer); previews keep the point-by-point loop; narrow codes (uint16) compile
-    the decoding loops only."""
+    the decoding loops only. ``win``: a residual layer's window (decoding only)."""
     raise NotImplementedError
 
 
 @overload(_lanes_literal, inline="always")
-def _lanes_literal_compiled(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
+def _lanes_literal_compiled(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width,
+                            win):
     if narrow_type(codes):
-        def impl(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
-            _decode_lanes(n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+        def impl(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win):
+            _decode_lanes(n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win)
         return impl
 
-    def impl(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
+    def impl(mode, n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win):
         if mode == 0:  # (cubic: _line encodes linear steps point by point)
-            _lanes_of(0, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+            _lanes_of(0, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win)
         else:
-            _decode_lanes(n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+            _decode_lanes(n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win)
     return impl
 
 
 @njit(inline="always")
-def _decode_lanes(n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
+def _decode_lanes(n_axes, cub, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win):
     """:func:`_lanes_of` decoding, ``cub`` made a literal."""
     if cub:
-        _lanes_of(1, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+        _lanes_of(1, True, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win)
     else:
-        _lanes_of(1, False, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width)
+        _lanes_of(1, False, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win)
 
 
 @njit(inline="always")
-def _lanes_of(mode, cub, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width):
+def _lanes_of(mode, cub, n_axes, x, codes, orig, bx, bc, start, lanes, st2, d, eb, inv_bin, bin_width, win):
     """:func:`_lanes_literal`'s dispatch on ``n_axes`` (``mode`` and ``cub`` literals)."""
     if n_axes == 1:
-        _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d[0], cub, eb, inv_bin, bin_width, 1, d[1], d[2])
+        _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d[0], cub, eb, inv_bin, bin_width, 1, d[1], d[2], win)
     elif n_axes == 2:
-        _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d[0], cub, eb, inv_bin, bin_width, 2, d[1], d[2])
+        _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d[0], cub, eb, inv_bin, bin_width, 2, d[1], d[2], win)
     else:
-        _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d[0], cub, eb, inv_bin, bin_width, 3, d[1], d[2])
+        _lanes(mode, x, codes, orig, bx, bc, start, lanes, st2, d[0], cub, eb, inv_bin, bin_width, 3, d[1], d[2], win)
 
 
 @njit(inline="always")

@@ -100,7 +100,7 @@ def absolute_bound(valid_range, abs_error, rel_error) -> tuple[int, float, float
 @kernel_threads()
 def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=None, metadata=None,
              settings: Settings | None = None, objective: str = "ratio", progress=None,
-             partition: tuple | None = None, window: float = 0.0) -> bytes:
+             keep: Settings | None = None, tune_bound: float | None = None, window: float = 0.0) -> bytes:
     """Compress ``array`` with a point-wise error bound on its valid values.
 
     Args:
@@ -123,9 +123,11 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
             levels where they pay in PSNR; the bound still holds everywhere).
         progress: optional callable ``progress(done, total)`` called after each stage
             (tuning, prediction, each level's coding).
-        partition: ``(order, flat)`` of :class:`~strata.lossy.tune.Settings` the chosen
-            settings keep, so that the stream has another's levels (a precision layer's:
+        keep: settings whose pass order, flat axes and interpolation the chosen settings keep,
+            so that the stream has another's levels and rules (a precision layer's:
             :mod:`strata.lossy.layers`); ignored with ``settings``.
+        tune_bound: the absolute bound the settings are chosen at, when not the stream's (a
+            precision layer's first layer is tuned for the finer layers); not on a lattice.
         window: every valid value lies in ``[-window, window]`` (a residual precision layer,
             :mod:`strata.lossy.layers`): the codes are folded into that window
             (:func:`strata.lossy.quantize.quantize_window`), the values are not coded on a
@@ -167,13 +169,15 @@ def compress(array, *, abs_error=None, rel_error=None, mask=None, fill_value=Non
     work = np.empty_like(orig) if prep.missing is None else None
     codes = np.empty(orig.size, np.int32)
     trial = None
+    tuned_at = coding_eb if tune_bound is None or on is not None else float(tune_bound)
     if settings is None:
-        settings, trial = choose(orig.reshape(a.shape), coding_eb, origin_pred, prep.missing, work, codes, objective,
-                                 partition)
+        settings, trial = choose(orig.reshape(a.shape), tuned_at, origin_pred, prep.missing, work, codes, objective,
+                                 keep)
     plan = make_plan(settings, a.shape, a.dtype, coding_eb, on, origin_pred, window)
     stages = plan.partition.num_levels + 2
     report(1, stages)
-    if trial is not None and not window:  # (the tuner's trials covered the whole array: the plan's codes)
+    if trial is not None and not window and tuned_at == coding_eb:  # (the tuner's trials covered the whole
+        # array at this bound: they are the plan's codes)
         codes = trial.codes
     else:
         predict_all(orig, missing.NO_MISSING if prep.missing is None else prep.missing, plan, work, codes)

@@ -379,7 +379,7 @@ Trial = namedtuple("Trial", "codes hist")
 
 def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarray | None = None,
            work: np.ndarray | None = None, codes: np.ndarray | None = None, objective: str = "ratio",
-           partition: tuple | None = None):
+           keep: Settings | None = None):
     """Settings for compressing ``a`` (float array, missing points NaN, flagged in the flat
     uint8 ``missing``) with absolute bound ``eb`` and first-point prediction ``origin_pred``,
     and the winning :data:`Trial` when the trials covered the whole array (small arrays), else
@@ -393,16 +393,17 @@ def choose(a: np.ndarray, eb: float, origin_pred: float = 0.0, missing: np.ndarr
     sampled trials may use (their contents are overwritten), so that a caller who needs such
     arrays next pays for touching their pages once.
 
-    ``partition``: ``(order, flat)`` the settings must keep (the levels of another stream: a
-    precision layer's, :mod:`strata.lossy.layers`); only the rest is chosen."""
+    ``keep``: settings whose pass order, flat axes and interpolation the choice keeps (those of
+    another stream: a precision layer's, :mod:`strata.lossy.layers`); the level-wise bounds and
+    step predictors are chosen."""
     shape3 = as_3d_shape(a.shape)
-    if partition is None:
+    if keep is None:
         cands, orders = candidates(a.reshape(shape3)), ORDERS
     else:
-        cands, orders = [Settings(order=partition[0], flat=partition[1], cubic=c) for c in (True, False)], ()
+        cands, orders = [Settings(order=keep.order, flat=keep.flat, cubic=keep.cubic)], ()
     check_objective(objective)
-    if eb == 0 or len(cands) == 1:
-        return cands[0] if partition is not None else Settings(), None
+    if eb == 0 or len(cands) == 1 and keep is None:
+        return cands[0] if keep is not None else Settings(), None
     flat = np.ascontiguousarray(a).reshape(-1)
     trials = _Trials(flat, shape3, eb, origin_pred, missing, work, codes)
     best, best_bits, best_trial = None, None, None

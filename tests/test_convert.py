@@ -391,3 +391,23 @@ def test_library_api_and_progress(nc, tmp_path, capsys):
     rep = cv.convert(tmp_path / "o.zarr", tmp_path / "o.nc")
     assert rep.lossy == {} and rep.output_bytes == (tmp_path / "o.nc").stat().st_size
     assert capsys.readouterr().err == ""                                                # no bar by default
+
+
+def test_precision_layers_in_a_converted_store(nc, tmp_path):
+    """`strata convert --layers`: every chunk holds precision layers; the store read at a coarser
+    bound through strata.xarray.open_zarr is within it (and coarser than the finest), the plain
+    read within the finest."""
+    import strata.xarray as sx
+
+    out = tmp_path / "layers.zarr"
+    res = run("convert", nc, out, "--rel", "1e-5", "--layers", "1e-2,1e-3")
+    assert res.exit_code == 0 and "precision layers at" in res.output, res.output
+    conf = codec_config(out, "t2m")[0][0]["configuration"]
+    span = conf["valid_range"][1] - conf["valid_range"][0]
+    assert conf["layers"] == pytest.approx([1e-2 * span, 1e-3 * span], rel=1e-12)
+    src = xr.open_dataset(nc)
+    coarse = sx.open_zarr(out, rel_error=1e-2)
+    assert check_bound(src.t2m.values, coarse.t2m.values, 1e-2 * span) > 1e-5 * span
+    check_bound(src.t2m.values, xr.open_zarr(out).t2m.values, conf["abs_error"])
+    res = run("convert", nc, tmp_path / "bad.zarr", "--rel", "1e-3", "--layers", "1e-4")
+    assert res.exit_code != 0 and "layers must decrease and stay above abs_error" in res.output

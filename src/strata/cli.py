@@ -608,8 +608,11 @@ def _enhancement_text(e) -> str:
 @click.option("--objective", type=click.Choice(["ratio", "psnr"]),
               help="to zarr: tune for the smallest stream at the bound (ratio, default) or the fewest bits at equal "
               "PSNR (psnr)")
+@click.option("--layers", callback=_bounds_option,
+              help="to zarr: precision layers at these coarser bounds (of the kind of --rel/--abs), comma-separated; "
+              "strata.xarray.open_zarr(..., rel_error=E) then reads only the layers E needs")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-def convert(input, output, rel_error, abs_error, variables, chunks, objective, force):
+def convert(input, output, rel_error, abs_error, variables, chunks, objective, layers, force):
     """Convert a NetCDF/HDF5 file to a zarr v3 store compressed with strata, or back.
 
     IN.nc/.nc4/.h5/.hdf5 -> OUT.zarr: float data variables are compressed with an error bound
@@ -627,7 +630,7 @@ def convert(input, output, rel_error, abs_error, variables, chunks, objective, f
     check_output(output, force, input=input)
     with reported():
         rep = run_convert(input, output, rel_error=rel_error, abs_error=abs_error, variables=names, chunks=chunks,
-                          force=force, progress_bytes=PROGRESS_BYTES, objective=objective)
+                          force=force, progress_bytes=PROGRESS_BYTES, objective=objective, layers=layers)
     ratio = f", ratio {rep.nbytes / rep.output_bytes:.2f}" if rep.lossy and rep.output_bytes else ""
     click.echo(f"{input.name} -> {output} ({rep.nbytes} bytes -> {rep.output_bytes} bytes{ratio}, "
                f"{rep.seconds:.1f} s)")
@@ -637,7 +640,8 @@ def convert(input, output, rel_error, abs_error, variables, chunks, objective, f
         how = ""
         if c.rel_error is not None and c.valid_range is not None:
             how = f"{c.rel_error:g} of [{c.valid_range[0]:.6g}, {c.valid_range[1]:.6g}] -> "
-        click.echo(f"  {name}: strata, abs bound {how}{c.abs_error:.6g}")
+        layered = f", precision layers at {', '.join(f'{b:.6g}' for b in c.layers)}" if c.layers else ""
+        click.echo(f"  {name}: strata, abs bound {how}{c.abs_error:.6g}{layered}")
     if rep.lossless:
         click.echo(f"  {'lossless' if rep.lossy else 'written'}: {', '.join(rep.lossless)}")
 

@@ -92,12 +92,12 @@ class ConvertReport:
 
 
 def convert(source, output, *, rel_error=None, abs_error=None, variables=None, chunks=None, force: bool = False,
-            progress_bytes: float = math.inf, objective: str | None = None) -> ConvertReport:
+            progress_bytes: float = math.inf, objective: str | None = None, layers=None) -> ConvertReport:
     """Convert ``source`` to ``output``, the direction given by their suffixes.
 
     A NetCDF/HDF5 file (``.nc``, ``.nc4``, ``.cdf``, ``.h5``, ``.hdf5``, ``.he5``) to a
-    ``.zarr`` store: :func:`netcdf_to_zarr` (takes the bound, ``variables``, ``chunks`` and
-    ``objective``);
+    ``.zarr`` store: :func:`netcdf_to_zarr` (takes the bound, ``variables``, ``chunks``,
+    ``objective`` and ``layers``);
     a ``.zarr`` store to a NetCDF file: :func:`zarr_to_netcdf` (takes none of them).
 
     Raises:
@@ -109,10 +109,10 @@ def convert(source, output, *, rel_error=None, abs_error=None, variables=None, c
     if src in SOURCE_SUFFIXES and dst == ZARR_SUFFIX:
         return netcdf_to_zarr(source, output, rel_error=rel_error, abs_error=abs_error, variables=variables,
                               chunks=chunks, force=force, progress_bytes=progress_bytes,
-                              objective=objective or "ratio")
+                              objective=objective or "ratio", layers=layers)
     if src == ZARR_SUFFIX and dst in NETCDF_SUFFIXES:
         given = [n for n, v in (("rel_error", rel_error), ("abs_error", abs_error), ("variables", variables),
-                                ("chunks", chunks), ("objective", objective)) if v is not None]
+                                ("chunks", chunks), ("objective", objective), ("layers", layers)) if v is not None]
         if given:
             raise InvalidInputError(f"{', '.join(given)}: only for a NetCDF/HDF5 to zarr conversion (a zarr store "
                                     "is written back as it was compressed)")
@@ -123,7 +123,8 @@ def convert(source, output, *, rel_error=None, abs_error=None, variables=None, c
 
 
 def netcdf_to_zarr(source, output, *, rel_error=None, abs_error=None, variables=None, chunks=None,
-                   force: bool = False, progress_bytes: float = math.inf, objective: str = "ratio") -> ConvertReport:
+                   force: bool = False, progress_bytes: float = math.inf, objective: str = "ratio",
+                   layers=None) -> ConvertReport:
     """Write the NetCDF/HDF5 file ``source`` as a zarr v3 store ``output``, float data
     variables compressed with strata.
 
@@ -144,6 +145,9 @@ def netcdf_to_zarr(source, output, *, rel_error=None, abs_error=None, variables=
             many bytes (0: always; default: never).
         objective: the compressor's tuning objective, ``"ratio"`` or ``"psnr"``
             (:func:`strata.lossy.compress`), kept in each codec's configuration.
+        layers: bounds of precision layers coarser than the bound, of its kind, or None: every
+            chunk then holds layers that a reader at a coarser bound fetches alone
+            (:func:`strata.xarray.open_zarr`, :class:`strata.zarr.ErrorBoundStore`).
 
     Returns:
         :class:`ConvertReport`.
@@ -180,7 +184,7 @@ def netcdf_to_zarr(source, output, *, rel_error=None, abs_error=None, variables=
         show = ds.nbytes >= progress_bytes
         with _bar(show, "valid range"):
             enc = sx.encoding(ds, rel_error=rel_error, abs_error=abs_error, variables=variables, zarr_format=3,
-                              objective=objective)
+                              objective=objective, layers=layers)
         lossy = {name: e["serializer"].config for name, e in enc.items()}
         with atomic_dir(output, replace=force) as tmp, warnings.catch_warnings():
             # consolidated metadata (xarray's default, and what xr.open_zarr looks for first) is a

@@ -93,6 +93,7 @@ class LayeredReader:
                 raise TruncatedStreamError(f"stream truncated: its layers need {off} bytes, it has {self._src.size}")
             self._readers: list[LossyReader | None] = [None] * len(entries)
             self._first = self._reader(0)
+            self._last_level = len(self._first.levels) - 1  # (the full-resolution level; -1 for an empty array)
         except BaseException:
             self._src.close()
             raise
@@ -265,7 +266,7 @@ class LayeredReader:
         values, mask = np.ma.getdata(first), np.ma.getmaskarray(first)
         valid = ~mask & np.isfinite(values)
         total = np.where(valid, values.astype(np.float64), 0.0) if k else np.zeros(0)
-        level = self._first.levels[-1].index if level is None and self._first.levels else (level or 0)
+        level = max(self._last_level, 0) if level is None else level
         region = selection.canonical(region, self.shape) if region is not None else None
         got = Retrieval(values, mask, self._layers[0].error_bound, 1, level, region, full_resolution, total, valid)
         if progress is not None:
@@ -326,8 +327,7 @@ class LayeredReader:
         Raises:
             CorruptStreamError: otherwise (damage no checksum shows: a crafted layer)."""
         vr = self.valid_range
-        last = self._first.levels[-1].index if self._first.levels else 0
-        if vr is None or (got.full_resolution and got.level != last) or not got.valid.any():
+        if vr is None or (got.full_resolution and got.level != max(self._last_level, 0)) or not got.valid.any():
             return
         v = values[got.valid].astype(np.float64)
         if not (vr[0] - bound <= v.min() and v.max() <= vr[1] + bound):
